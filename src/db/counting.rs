@@ -1,0 +1,123 @@
+//! Sync accounting: a wrapper that counts, per database, synced batches, buffered batches
+//! and bytes written, so embedders can assert fsync counts in their own CI.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+
+use super::{Batch, Db, DbIter, Direction, Durability, KeyRange};
+use crate::error::Result;
+
+/// Live counters of one database's writes. Cheap to clone (shared).
+#[derive(Debug, Default)]
+pub struct SyncCounters {
+    synced_batches: AtomicU64,
+    buffered_batches: AtomicU64,
+    bytes_written: AtomicU64,
+    failed_batches: AtomicU64,
+}
+
+/// A snapshot of [`SyncCounters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SyncCounts {
+    /// Batches written `Synced` that returned `Ok`.
+    pub synced_batches: u64,
+    /// Batches written `Buffered` that returned `Ok`.
+    pub buffered_batches: u64,
+    /// Key and value bytes of the batches that returned `Ok`.
+    pub bytes_written: u64,
+    /// Batches whose write returned `Err`.
+    pub failed_batches: u64,
+}
+
+impl std::ops::Sub for SyncCounts {
+    type Output = SyncCounts;
+    fn sub(self, o: SyncCounts) -> SyncCounts {
+        SyncCounts {
+            synced_batches: self.synced_batches - o.synced_batches,
+            buffered_batches: self.buffered_batches - o.buffered_batches,
+            bytes_written: self.bytes_written - o.bytes_written,
+            failed_batches: self.failed_batches - o.failed_batches,
+        }
+    }
+}
+
+impl SyncCounters {
+    /// The current counts.
+    pub fn snapshot(&self) -> SyncCounts {
+        SyncCounts {
+            synced_batches: self.synced_batches.load(Ordering::SeqCst),
+            buffered_batches: self.buffered_batches.load(Ordering::SeqCst),
+            bytes_written: self.bytes_written.load(Ordering::SeqCst),
+            failed_batches: self.failed_batches.load(Ordering::SeqCst),
+        }
+    }
+}
+
+/// Wraps a [`Db`] and counts its writes. Reads pass through uncounted.
+#[derive(Debug)]
+pub struct CountingDb<D> {
+    inner: D,
+    counters: Arc<SyncCounters>,
+}
+
+impl<D: Db> CountingDb<D> {
+    /// Counts writes to `inner`.
+    pub fn new(inner: D) -> Self {
+        CountingDb {
+            inner,
+            counters: Arc::default(),
+        }
+    }
+    /// The shared counters (keep a clone to read them after the db moved).
+    pub fn counters(&self) -> Arc<SyncCounters> {
+        self.counters.clone()
+    }
+    /// The current counts.
+    pub fn counts(&self) -> SyncCounts {
+        self.counters.snapshot()
+    }
+    /// The wrapped database.
+    pub fn inner(&self) -> &D {
+        &self.inner
+    }
+}
+
+impl<D: Db> Db for CountingDb<D> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        self.inner.get(key)
+    }
+    fn contains(&self, key: &[u8]) -> Result<bool> {
+        self.inner.contains(key)
+    }
+    fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
+        self.inner.range(range, direction)
+    }
+    fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
+        let res = self.inner.write(batch, durability);
+        let c = &self.counters;
+        match (&res, durability) {
+            (Ok(()), Durability::Synced) => {
+                c.synced_batches.fetch_add(1, Ordering::SeqCst);
+            }
+            (Ok(()), Durability::Buffered) => {
+                c.buffered_batches.fetch_add(1, Ordering::SeqCst);
+            }
+            (Err(_), _) => {
+                c.failed_batches.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        if res.is_ok() {
+            c.bytes_written
+                .fetch_add(batch.byte_size(), Ordering::SeqCst);
+        }
+        res
+    }
+    fn disk_size_bytes(&self) -> Result<u64> {
+        self.inner.disk_size_bytes()
+    }
+}

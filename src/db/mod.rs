@@ -1,0 +1,280 @@
+//! The database layer: the [`Db`] trait, batches, durability, and the backends.
+//!
+//! Invariant: a batch is atomic — after a crash it is wholly on disk or wholly absent.
+//! Invariant: a `Synced` write that returned `Ok` survives a power cut; a `Buffered` one may
+//! not. Nothing is ordered across two databases unless the second write starts after the
+//! first one's sync returned.
+//! Invariant: a failed write or sync poisons the handle that saw it (redb latches I/O errors
+//! too); no fsync is ever retried as if it had worked.
+
+mod counting;
+mod memory;
+mod redb_db;
+mod storage;
+
+pub use counting::{CountingDb, SyncCounters, SyncCounts};
+pub use memory::MemoryDb;
+pub use redb_db::{RedbDb, RedbOptions, fsync_dir};
+pub use storage::{BackendCounters, BackendCounts, CountingBackend};
+
+use std::fmt::Debug;
+use std::ops::Bound;
+
+use bytes::Bytes;
+
+use crate::error::Result;
+
+/// How durable a batch must be when `write` returns `Ok`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub enum Durability {
+    /// Atomic, and durable (survives a power cut) once `write` returns `Ok`: one fsync.
+    Synced,
+    /// Atomic, but may be lost in a power cut (not in a process crash of a clean backend).
+    Buffered,
+}
+
+/// One write in a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// Set `key` to `value`.
+    Put(Bytes, Bytes),
+    /// Remove `key` (absent keys are fine).
+    Delete(Bytes),
+}
+
+impl Op {
+    /// The key written.
+    pub fn key(&self) -> &Bytes {
+        match self {
+            Op::Put(k, _) | Op::Delete(k) => k,
+        }
+    }
+    /// Bytes this op carries (key plus value).
+    pub fn byte_size(&self) -> u64 {
+        match self {
+            Op::Put(k, v) => (k.len() + v.len()) as u64,
+            Op::Delete(k) => k.len() as u64,
+        }
+    }
+}
+
+/// An ordered set of writes applied atomically; a later op on the same key wins.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Batch {
+    ops: Vec<Op>,
+    byte_size: u64,
+}
+
+impl Batch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Adds a put.
+    pub fn put(&mut self, key: impl Into<Bytes>, value: impl Into<Bytes>) -> &mut Self {
+        self.push(Op::Put(key.into(), value.into()))
+    }
+    /// Adds a delete.
+    pub fn delete(&mut self, key: impl Into<Bytes>) -> &mut Self {
+        self.push(Op::Delete(key.into()))
+    }
+    /// Adds an op.
+    pub fn push(&mut self, op: Op) -> &mut Self {
+        self.byte_size += op.byte_size();
+        self.ops.push(op);
+        self
+    }
+    /// The ops, in order.
+    pub fn ops(&self) -> &[Op] {
+        &self.ops
+    }
+    /// Number of ops.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+    /// True when there are no ops.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+    /// Key and value bytes carried.
+    pub fn byte_size(&self) -> u64 {
+        self.byte_size
+    }
+}
+
+/// Iteration order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Ascending key order.
+    Forward,
+    /// Descending key order.
+    Reverse,
+}
+
+/// A key range with owned bounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRange {
+    /// Lower bound.
+    pub start: Bound<Bytes>,
+    /// Upper bound.
+    pub end: Bound<Bytes>,
+}
+
+impl KeyRange {
+    /// Every key.
+    pub fn all() -> Self {
+        KeyRange {
+            start: Bound::Unbounded,
+            end: Bound::Unbounded,
+        }
+    }
+    /// `[start, end)`.
+    pub fn between(start: impl Into<Bytes>, end: impl Into<Bytes>) -> Self {
+        KeyRange {
+            start: Bound::Included(start.into()),
+            end: Bound::Excluded(end.into()),
+        }
+    }
+    /// Every key starting with `prefix`.
+    pub fn prefix(prefix: &[u8]) -> Self {
+        let start = Bound::Included(Bytes::copy_from_slice(prefix));
+        let mut end = prefix.to_vec();
+        // The first key after every extension of `prefix`: increment the last byte that is
+        // not 0xff, dropping the 0xff bytes after it; all-0xff prefixes have no end.
+        while let Some(last) = end.pop() {
+            if last != 0xff {
+                end.push(last + 1);
+                return KeyRange {
+                    start,
+                    end: Bound::Excluded(Bytes::from(end)),
+                };
+            }
+        }
+        KeyRange {
+            start,
+            end: Bound::Unbounded,
+        }
+    }
+    /// True when `key` lies in the range.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        let above = match &self.start {
+            Bound::Included(s) => key >= s.as_ref(),
+            Bound::Excluded(s) => key > s.as_ref(),
+            Bound::Unbounded => true,
+        };
+        let below = match &self.end {
+            Bound::Included(e) => key <= e.as_ref(),
+            Bound::Excluded(e) => key < e.as_ref(),
+            Bound::Unbounded => true,
+        };
+        above && below
+    }
+    /// True when no key can lie in the range.
+    pub fn is_empty(&self) -> bool {
+        match (&self.start, &self.end) {
+            (Bound::Included(s), Bound::Included(e)) => s > e,
+            (Bound::Included(s), Bound::Excluded(e))
+            | (Bound::Excluded(s), Bound::Included(e))
+            | (Bound::Excluded(s), Bound::Excluded(e)) => s >= e,
+            _ => false,
+        }
+    }
+    pub(crate) fn as_ref_bounds(&self) -> (Bound<&[u8]>, Bound<&[u8]>) {
+        (as_ref(&self.start), as_ref(&self.end))
+    }
+}
+
+fn as_ref(b: &Bound<Bytes>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(x) => Bound::Included(x.as_ref()),
+        Bound::Excluded(x) => Bound::Excluded(x.as_ref()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+/// A key-value pair read from a database.
+pub type Entry = (Bytes, Bytes);
+
+/// An iterator over a range; each item may fail (I/O, poison).
+pub type DbIter<'a> = Box<dyn Iterator<Item = Result<Entry>> + Send + 'a>;
+
+/// An ordered key-value database.
+///
+/// Implementations must be safe to share between threads. The contract on writes is the
+/// module's: a batch is atomic; `Synced` is durable when `write` returns `Ok`; after an `Err`
+/// the batch may or may not be durable and the handle is poisoned.
+pub trait Db: Send + Sync + Debug {
+    /// The database's name, used in every error.
+    fn name(&self) -> &str;
+
+    /// The value stored at `key`.
+    fn get(&self, key: &[u8]) -> Result<Option<Bytes>>;
+
+    /// True when `key` holds a value.
+    fn contains(&self, key: &[u8]) -> Result<bool> {
+        Ok(self.get(key)?.is_some())
+    }
+
+    /// The pairs in `range`, in `direction` order. The iterator sees a consistent snapshot
+    /// taken when it was created.
+    fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>>;
+
+    /// Applies `batch` atomically with `durability`.
+    ///
+    /// `Ok`: every op is visible, and on disk if `durability` is `Synced`.
+    /// `Err`: the batch may or may not be on disk; the handle refuses further calls.
+    fn write(&self, batch: &Batch, durability: Durability) -> Result<()>;
+
+    /// Bytes this database occupies on disk (allocated), 0 for memory.
+    fn disk_size_bytes(&self) -> Result<u64> {
+        Ok(0)
+    }
+}
+
+impl<T: Db + ?Sized> Db for std::sync::Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        (**self).get(key)
+    }
+    fn contains(&self, key: &[u8]) -> Result<bool> {
+        (**self).contains(key)
+    }
+    fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
+        (**self).range(range, direction)
+    }
+    fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
+        (**self).write(batch, durability)
+    }
+    fn disk_size_bytes(&self) -> Result<u64> {
+        (**self).disk_size_bytes()
+    }
+}
+
+impl<T: Db + ?Sized> Db for Box<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        (**self).get(key)
+    }
+    fn contains(&self, key: &[u8]) -> Result<bool> {
+        (**self).contains(key)
+    }
+    fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
+        (**self).range(range, direction)
+    }
+    fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
+        (**self).write(batch, durability)
+    }
+    fn disk_size_bytes(&self) -> Result<u64> {
+        (**self).disk_size_bytes()
+    }
+}
+
+/// Collects a range into a vector (convenience for small ranges and tests).
+pub fn collect_range(db: &dyn Db, range: KeyRange, direction: Direction) -> Result<Vec<Entry>> {
+    db.range(range, direction)?.collect()
+}

@@ -1,0 +1,293 @@
+//! The redb backend (the embedded default): one file per database, one table `kv`.
+//!
+//! Invariant: `Synced` is one `Durability::Immediate` commit (redb's 1-phase commit: one
+//! `sync_data` on the file, plus one per step of file growth); `Buffered` is
+//! `Durability::None`.
+//! Invariant: after the file is created, the parent directory is fsynced — redb does not do
+//! it, and without it a power cut can lose the new file's directory entry.
+//! Invariant: the first failed write or commit poisons the handle (redb latches I/O errors as
+//! well); only a reopen, which runs redb's repair, clears it.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use redb::{
+    Database, ReadableDatabase, StorageBackend, TableDefinition, TableError, backends::FileBackend,
+};
+
+use super::storage::{BackendCounters, BackendCounts, CountingBackend};
+use super::{Batch, Db, DbIter, Direction, Durability, KeyRange, Op};
+use crate::error::{Error, Result};
+
+const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
+
+/// redb's page cache per database. Why this bound: three databases share the node's memory
+/// with up to 3 × 64 MiB of held writes; redb's 1 GiB default would triple the footprint.
+pub const REDB_CACHE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Options for opening a redb database.
+#[derive(Debug, Clone)]
+pub struct RedbOptions {
+    /// Page cache size in bytes.
+    pub cache_bytes: usize,
+}
+
+impl Default for RedbOptions {
+    fn default() -> Self {
+        RedbOptions {
+            cache_bytes: REDB_CACHE_BYTES,
+        }
+    }
+}
+
+/// A database in one redb file.
+pub struct RedbDb {
+    name: String,
+    path: Option<PathBuf>,
+    db: Database,
+    counters: Arc<BackendCounters>,
+    poison: Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for RedbDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedbDb")
+            .field("name", &self.name)
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+/// Fsyncs a directory, so entries created in it survive a power cut.
+pub fn fsync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+impl RedbDb {
+    /// Opens (or creates) the database file at `path`.
+    ///
+    /// When the file is created, the table is created with one synced commit and the parent
+    /// directory is fsynced before this returns `Ok`.
+    pub fn open(path: &Path, name: &str, options: &RedbOptions) -> Result<Self> {
+        let existed = path.exists();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| Error::storage(name, "open file", format!("{}: {e}", path.display())))?;
+        let backend = FileBackend::new(file).map_err(|e| Error::storage(name, "open", e))?;
+        let mut db = Self::with_backend(name, backend, options)?;
+        db.path = Some(path.to_path_buf());
+        if !existed {
+            // Order matters: the file's first commit is durable (with_backend), then its
+            // directory entry; a power cut before this fsync may lose the whole file, which
+            // the node sees as a fresh database.
+            let dir = path.parent().unwrap_or(Path::new("."));
+            fsync_dir(dir).map_err(|e| {
+                Error::storage(name, "fsync directory", format!("{}: {e}", dir.display()))
+            })?;
+        }
+        Ok(db)
+    }
+
+    /// Opens a database over any redb backend (tests use simulated disks).
+    pub fn with_backend(
+        name: &str,
+        backend: impl StorageBackend,
+        options: &RedbOptions,
+    ) -> Result<Self> {
+        let counting = CountingBackend::new(backend);
+        let counters = counting.counters();
+        let db = Database::builder()
+            .set_cache_size(options.cache_bytes)
+            .create_with_backend(counting)
+            .map_err(|e| match e {
+                redb::DatabaseError::DatabaseAlreadyOpen => {
+                    Error::storage(name, "open", "the database is already open")
+                }
+                e => Error::storage(name, "open", e),
+            })?;
+        let this = RedbDb {
+            name: name.to_string(),
+            path: None,
+            db,
+            counters,
+            poison: Mutex::new(None),
+        };
+        this.ensure_table()?;
+        Ok(this)
+    }
+
+    fn ensure_table(&self) -> Result<()> {
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(|e| self.err("begin read", e))?;
+        match txn.open_table(TABLE) {
+            Ok(_) => Ok(()),
+            Err(TableError::TableDoesNotExist(_)) => {
+                drop(txn);
+                let txn = self
+                    .db
+                    .begin_write()
+                    .map_err(|e| self.fail("begin write", e))?;
+                txn.open_table(TABLE)
+                    .map_err(|e| self.fail("create table", e))?;
+                txn.commit().map_err(|e| self.fail("commit", e))
+            }
+            Err(e) => Err(self.err("open table", e)),
+        }
+    }
+
+    /// The real I/O calls made on the file so far.
+    pub fn backend_counts(&self) -> BackendCounts {
+        self.counters.snapshot()
+    }
+
+    /// The shared backend counters.
+    pub fn backend_counters(&self) -> Arc<BackendCounters> {
+        self.counters.clone()
+    }
+
+    /// The file's path, when opened from a path.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Runs redb's full integrity check (walks every page checksum).
+    pub fn check_integrity(&mut self) -> Result<bool> {
+        self.check_poison()?;
+        self.db
+            .check_integrity()
+            .map_err(|e| Error::storage(&self.name, "check integrity", e))
+    }
+
+    fn check_poison(&self) -> Result<()> {
+        match &*self.poison.lock().expect("poison lock") {
+            Some(cause) => Err(Error::Poisoned {
+                db: self.name.clone(),
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn err(&self, op: &'static str, e: impl std::fmt::Display) -> Error {
+        Error::storage(&self.name, op, e)
+    }
+
+    /// Records a write-path failure: poisons the handle and returns the error.
+    fn fail(&self, op: &'static str, e: impl std::fmt::Display) -> Error {
+        let msg = format!("{op}: {e}");
+        let mut p = self.poison.lock().expect("poison lock");
+        if p.is_none() {
+            *p = Some(msg.clone());
+        }
+        Error::storage(&self.name, op, e)
+    }
+}
+
+impl Db for RedbDb {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        self.check_poison()?;
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(|e| self.err("begin read", e))?;
+        let table = txn
+            .open_table(TABLE)
+            .map_err(|e| self.err("open table", e))?;
+        let v = table.get(key).map_err(|e| self.err("get", e))?;
+        Ok(v.map(|g| Bytes::copy_from_slice(g.value())))
+    }
+
+    fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
+        self.check_poison()?;
+        if range.is_empty() {
+            return Ok(Box::new(std::iter::empty()));
+        }
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(|e| self.err("begin read", e))?;
+        let table = txn
+            .open_table(TABLE)
+            .map_err(|e| self.err("open table", e))?;
+        let r = table
+            .range::<&[u8]>(range.as_ref_bounds())
+            .map_err(|e| self.err("range", e))?;
+        let name = self.name.clone();
+        let map = move |item: std::result::Result<
+            (
+                redb::AccessGuard<'static, &'static [u8]>,
+                redb::AccessGuard<'static, &'static [u8]>,
+            ),
+            redb::StorageError,
+        >| {
+            item.map(|(k, v)| {
+                (
+                    Bytes::copy_from_slice(k.value()),
+                    Bytes::copy_from_slice(v.value()),
+                )
+            })
+            .map_err(|e| Error::storage(&name, "iterate", e))
+        };
+        Ok(match direction {
+            Direction::Forward => Box::new(r.map(map)),
+            Direction::Reverse => Box::new(r.rev().map(map)),
+        })
+    }
+
+    fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
+        self.check_poison()?;
+        let mut txn = self
+            .db
+            .begin_write()
+            .map_err(|e| self.fail("begin write", e))?;
+        txn.set_durability(match durability {
+            Durability::Synced => redb::Durability::Immediate,
+            Durability::Buffered => redb::Durability::None,
+        })
+        .map_err(|e| self.fail("set durability", e))?;
+        {
+            let mut table = txn
+                .open_table(TABLE)
+                .map_err(|e| self.fail("open table", e))?;
+            for op in batch.ops() {
+                match op {
+                    Op::Put(k, v) => {
+                        table
+                            .insert(k.as_ref(), v.as_ref())
+                            .map_err(|e| self.fail("insert", e))?;
+                    }
+                    Op::Delete(k) => {
+                        table
+                            .remove(k.as_ref())
+                            .map_err(|e| self.fail("remove", e))?;
+                    }
+                }
+            }
+        }
+        // A failed commit leaves the batch's durability unknown: poison, never retry.
+        txn.commit().map_err(|e| self.fail("commit", e))
+    }
+
+    fn disk_size_bytes(&self) -> Result<u64> {
+        match &self.path {
+            Some(p) => {
+                use std::os::unix::fs::MetadataExt;
+                let md = std::fs::metadata(p).map_err(|e| self.err("stat", e))?;
+                Ok(md.blocks() * 512)
+            }
+            None => Ok(0),
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! A redb `StorageBackend` wrapper that counts the real I/O calls on the file, so "one
+//! synced batch" can be checked against "one `sync_data` (fdatasync) on the file".
+
+use std::fmt::Debug;
+use std::ops::Bound;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use redb::{BackendError, StorageBackend};
+
+/// Shared counters of a backend's calls.
+#[derive(Debug, Default)]
+pub struct BackendCounters {
+    sync_data_calls: AtomicU64,
+    write_calls: AtomicU64,
+    set_len_calls: AtomicU64,
+    bytes_written: AtomicU64,
+}
+
+/// A snapshot of [`BackendCounters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BackendCounts {
+    /// `sync_data` calls (fdatasync on a file).
+    pub sync_data_calls: u64,
+    /// `write` calls.
+    pub write_calls: u64,
+    /// `set_len` calls (file growth or shrink).
+    pub set_len_calls: u64,
+    /// Bytes passed to `write`.
+    pub bytes_written: u64,
+}
+
+impl std::ops::Sub for BackendCounts {
+    type Output = BackendCounts;
+    fn sub(self, o: BackendCounts) -> BackendCounts {
+        BackendCounts {
+            sync_data_calls: self.sync_data_calls - o.sync_data_calls,
+            write_calls: self.write_calls - o.write_calls,
+            set_len_calls: self.set_len_calls - o.set_len_calls,
+            bytes_written: self.bytes_written - o.bytes_written,
+        }
+    }
+}
+
+impl BackendCounters {
+    /// The current counts.
+    pub fn snapshot(&self) -> BackendCounts {
+        BackendCounts {
+            sync_data_calls: self.sync_data_calls.load(Ordering::SeqCst),
+            write_calls: self.write_calls.load(Ordering::SeqCst),
+            set_len_calls: self.set_len_calls.load(Ordering::SeqCst),
+            bytes_written: self.bytes_written.load(Ordering::SeqCst),
+        }
+    }
+}
+
+/// Wraps a redb backend and counts its calls. Locking is forwarded unchanged.
+#[derive(Debug)]
+pub struct CountingBackend<B> {
+    inner: B,
+    counters: Arc<BackendCounters>,
+}
+
+impl<B: StorageBackend> CountingBackend<B> {
+    /// Counts the calls made to `inner`.
+    pub fn new(inner: B) -> Self {
+        CountingBackend {
+            inner,
+            counters: Arc::default(),
+        }
+    }
+    /// The shared counters.
+    pub fn counters(&self) -> Arc<BackendCounters> {
+        self.counters.clone()
+    }
+}
+
+type IoResult<T> = std::result::Result<T, std::io::Error>;
+
+impl<B: StorageBackend> StorageBackend for CountingBackend<B> {
+    fn len(&self) -> IoResult<u64> {
+        self.inner.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> IoResult<()> {
+        self.inner.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> IoResult<()> {
+        self.counters.set_len_calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.set_len(len)
+    }
+    fn sync_data(&self) -> IoResult<()> {
+        self.counters.sync_data_calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> IoResult<()> {
+        self.counters.write_calls.fetch_add(1, Ordering::SeqCst);
+        self.counters
+            .bytes_written
+            .fetch_add(data.len() as u64, Ordering::SeqCst);
+        self.inner.write(offset, data)
+    }
+    fn close(&self) -> IoResult<()> {
+        self.inner.close()
+    }
+    fn try_lock_range(&self, s: Bound<u64>, e: Bound<u64>) -> Result<bool, BackendError> {
+        self.inner.try_lock_range(s, e)
+    }
+    fn try_lock_shared_range(&self, s: Bound<u64>, e: Bound<u64>) -> Result<bool, BackendError> {
+        self.inner.try_lock_shared_range(s, e)
+    }
+    fn lock_range(&self, s: Bound<u64>, e: Bound<u64>) -> Result<(), BackendError> {
+        self.inner.lock_range(s, e)
+    }
+    fn lock_shared_range(&self, s: Bound<u64>, e: Bound<u64>) -> Result<(), BackendError> {
+        self.inner.lock_shared_range(s, e)
+    }
+    fn unlock_range(&self, s: Bound<u64>, e: Bound<u64>) -> Result<(), BackendError> {
+        self.inner.unlock_range(s, e)
+    }
+    fn query_lock_range(&self, s: Bound<u64>, e: Bound<u64>) -> Result<bool, BackendError> {
+        self.inner.query_lock_range(s, e)
+    }
+}

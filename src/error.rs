@@ -1,0 +1,217 @@
+//! The crate's one error type.
+//!
+//! Invariant: every variant carries what an operator or embedder needs to act on it — the
+//! database, the key, the heights. Bad input and corrupt bytes are errors, never panics.
+
+use std::path::PathBuf;
+
+/// Why a stored record failed to decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CorruptReason {
+    /// The value is shorter than its framing or its fields require.
+    #[error("truncated: needed {needed} more bytes")]
+    Truncated {
+        /// How many more bytes the decoder needed.
+        needed: usize,
+    },
+    /// The stored crc32 does not match the bytes.
+    #[error("checksum mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    Checksum {
+        /// The checksum stored in the record.
+        stored: u32,
+        /// The checksum of the bytes as read.
+        computed: u32,
+    },
+    /// The record was written by a format version this build does not read.
+    #[error("unknown format version {0}")]
+    UnknownVersion(u8),
+    /// The record's kind tag is not the one stored under this key.
+    #[error("record kind {found} where kind {expected} belongs")]
+    WrongKind {
+        /// The kind this key must hold.
+        expected: u8,
+        /// The kind found.
+        found: u8,
+    },
+    /// Bytes were left over after the last field.
+    #[error("{0} trailing bytes after the last field")]
+    Trailing(usize),
+    /// A field holds a value outside its domain.
+    #[error("invalid field: {0}")]
+    Invalid(&'static str),
+}
+
+/// A heights-and-record snapshot for handshake errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Heights {
+    /// Height of the block store on disk.
+    pub block_store_height: u64,
+    /// Height of the state store on disk.
+    pub state_height: u64,
+    /// Height of the application on disk.
+    pub app_height: u64,
+}
+
+impl std::fmt::Display for Heights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "block store {}, state {}, app {}",
+            self.block_store_height, self.state_height, self.app_height
+        )
+    }
+}
+
+/// Every error flushpoint returns.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An I/O error from the operating system or the storage engine.
+    #[error("database {db}: {op} failed: {message}")]
+    Storage {
+        /// The database involved.
+        db: String,
+        /// What was being done.
+        op: &'static str,
+        /// The engine's message.
+        message: String,
+    },
+    /// An earlier write or fsync failed; nothing more is accepted until restart.
+    #[error(
+        "database {db} is poisoned by an earlier failed write ({cause}); its durable content is unknown: restart the node so the handshake can check and repair it"
+    )]
+    Poisoned {
+        /// The database involved.
+        db: String,
+        /// The first failure.
+        cause: String,
+    },
+    /// A stored record failed to decode.
+    #[error(
+        "database {db}: corrupt record at key {} (height {height:?}): {reason}",
+        hex(key)
+    )]
+    Corrupt {
+        /// The database involved.
+        db: String,
+        /// The key whose value is corrupt.
+        key: Vec<u8>,
+        /// The height the key names, if any.
+        height: Option<u64>,
+        /// What is wrong with it.
+        reason: CorruptReason,
+    },
+    /// A block was offered at the wrong height.
+    #[error("block store: cannot save block {got}: the next height is {expected}")]
+    NonContiguous {
+        /// The only height the store accepts now.
+        expected: u64,
+        /// The height offered.
+        got: u64,
+    },
+    /// A block's part set is missing parts.
+    #[error("block store: block {height} has {have} of {total} parts")]
+    IncompletePartSet {
+        /// The block's height.
+        height: u64,
+        /// Parts present.
+        have: u32,
+        /// Parts required.
+        total: u32,
+    },
+    /// Input that breaks an API precondition.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// A record the caller asked for is not stored.
+    #[error("database {db}: {what} not found")]
+    NotFound {
+        /// The database involved.
+        db: String,
+        /// What was missing.
+        what: String,
+    },
+    /// The home directory is locked by another open.
+    #[error(
+        "home {path} is already open (locked by another flushpoint process or handle); stop it first"
+    )]
+    HomeLocked {
+        /// The home directory.
+        path: PathBuf,
+    },
+    /// The home directory was written by an incompatible format version.
+    #[error(
+        "home {path} has format version {found}; this build reads version {expected}: use a matching flushpoint build or a new home"
+    )]
+    HomeVersion {
+        /// The home directory.
+        path: PathBuf,
+        /// The version found.
+        found: u32,
+        /// The version this build reads.
+        expected: u32,
+    },
+    /// A filesystem error on the home directory.
+    #[error("home {path}: {op}: {source}")]
+    Home {
+        /// The path involved.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The databases' heights form a shape no repair covers.
+    #[error("handshake: {heights}, flush record {record}: {reason}; nothing was changed on disk")]
+    Inconsistent {
+        /// The heights found.
+        heights: Heights,
+        /// The flush record, rendered.
+        record: String,
+        /// Why the shape is refused.
+        reason: String,
+    },
+    /// Replaying a block produced a different app hash than the chain recorded.
+    #[error("app hash mismatch at height {height}: chain has {expected}, app computed {got}")]
+    AppHashMismatch {
+        /// The height replayed.
+        height: u64,
+        /// The hash the chain recorded.
+        expected: String,
+        /// The hash the app computed.
+        got: String,
+    },
+    /// A read that must come from durable state was asked before anything was durable.
+    #[error("{what} is not available before the first flush point")]
+    NotYetDurable {
+        /// What was asked.
+        what: &'static str,
+    },
+    /// A rollback was refused.
+    #[error("rollback refused: {0}")]
+    Rollback(String),
+}
+
+impl Error {
+    /// Builds a storage error.
+    pub(crate) fn storage(db: &str, op: &'static str, err: impl std::fmt::Display) -> Self {
+        Error::Storage {
+            db: db.to_string(),
+            op,
+            message: err.to_string(),
+        }
+    }
+}
+
+/// Result with the crate's error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Lower-case hex of bytes, for messages.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}

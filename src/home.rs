@@ -1,0 +1,156 @@
+//! A home directory: the three databases (block store, state, app) under one directory,
+//! guarded by an exclusive lock.
+//!
+//! Invariant: at most one open `Home` per directory, across threads and processes (an
+//! `flock` on `LOCK`, per open file description, so a second open in the same process fails
+//! too). Invariant: a home written by another format version is refused, never read.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use fs4::fs_std::FileExt;
+
+use crate::db::{RedbDb, RedbOptions, fsync_dir};
+use crate::error::{Error, Result};
+
+/// The home layout version this build reads and writes.
+pub const HOME_FORMAT_VERSION: u32 = 1;
+
+const FORMAT_FILE: &str = "FORMAT";
+const LOCK_FILE: &str = "LOCK";
+/// File name of the block store database.
+pub const BLOCK_STORE_FILE: &str = "blockstore.redb";
+/// File name of the state database.
+pub const STATE_FILE: &str = "state.redb";
+/// File name of the application database.
+pub const APP_FILE: &str = "app.redb";
+
+/// An open home directory.
+#[derive(Debug)]
+pub struct Home {
+    path: PathBuf,
+    lock: File,
+    /// The block store's database.
+    pub block_store_db: Arc<RedbDb>,
+    /// The state's database.
+    pub state_db: Arc<RedbDb>,
+    /// The application's database.
+    pub app_db: Arc<RedbDb>,
+}
+
+fn home_err(path: &Path, op: &'static str) -> impl FnOnce(std::io::Error) -> Error {
+    let path = path.to_path_buf();
+    move |source| Error::Home { path, op, source }
+}
+
+impl Home {
+    /// Creates (if needed) and opens the home at `path`, taking its lock.
+    ///
+    /// Fails at once with [`Error::HomeLocked`] if another handle holds it, and with
+    /// [`Error::HomeVersion`] if it was written by another format version.
+    pub fn open(path: &Path) -> Result<Home> {
+        Self::open_with(path, &RedbOptions::default())
+    }
+
+    /// Opens an existing home only; a missing directory is an error.
+    pub fn open_existing(path: &Path) -> Result<Home> {
+        if !path.join(FORMAT_FILE).exists() {
+            return Err(Error::Home {
+                path: path.to_path_buf(),
+                op: "open (no flushpoint home here; run `flushpoint sync --home` to create one)",
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            });
+        }
+        Self::open(path)
+    }
+
+    /// As [`Home::open`], with redb options.
+    pub fn open_with(path: &Path, options: &RedbOptions) -> Result<Home> {
+        std::fs::create_dir_all(path).map_err(home_err(path, "create directory"))?;
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path.join(LOCK_FILE))
+            .map_err(home_err(path, "open lock file"))?;
+        match lock.try_lock_exclusive() {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(Error::HomeLocked {
+                    path: path.to_path_buf(),
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                return Err(Error::HomeLocked {
+                    path: path.to_path_buf(),
+                });
+            }
+            Err(e) => return Err(home_err(path, "lock")(e)),
+        }
+        Self::check_format(path)?;
+        let open = |file: &str, name: &str| -> Result<Arc<RedbDb>> {
+            Ok(Arc::new(RedbDb::open(&path.join(file), name, options)?))
+        };
+        Ok(Home {
+            block_store_db: open(BLOCK_STORE_FILE, "block store")?,
+            state_db: open(STATE_FILE, "state")?,
+            app_db: open(APP_FILE, "app")?,
+            path: path.to_path_buf(),
+            lock,
+        })
+    }
+
+    fn check_format(path: &Path) -> Result<()> {
+        let fpath = path.join(FORMAT_FILE);
+        match File::open(&fpath) {
+            Ok(mut f) => {
+                let mut s = String::new();
+                f.read_to_string(&mut s)
+                    .map_err(home_err(path, "read FORMAT"))?;
+                let found = s
+                    .trim()
+                    .strip_prefix("flushpoint home format ")
+                    .and_then(|v| v.parse::<u32>().ok())
+                    .ok_or_else(|| Error::Home {
+                        path: path.to_path_buf(),
+                        op: "read FORMAT (not a flushpoint home)",
+                        source: std::io::Error::from(std::io::ErrorKind::InvalidData),
+                    })?;
+                if found != HOME_FORMAT_VERSION {
+                    return Err(Error::HomeVersion {
+                        path: path.to_path_buf(),
+                        found,
+                        expected: HOME_FORMAT_VERSION,
+                    });
+                }
+                Ok(())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let tmp = path.join("FORMAT.tmp");
+                let mut f = File::create(&tmp).map_err(home_err(path, "create FORMAT"))?;
+                writeln!(f, "flushpoint home format {HOME_FORMAT_VERSION}")
+                    .map_err(home_err(path, "write FORMAT"))?;
+                f.sync_all().map_err(home_err(path, "fsync FORMAT"))?;
+                std::fs::rename(&tmp, &fpath).map_err(home_err(path, "rename FORMAT"))?;
+                // The FORMAT file's directory entry must be durable before any database is.
+                fsync_dir(path).map_err(home_err(path, "fsync home directory"))?;
+                Ok(())
+            }
+            Err(e) => Err(home_err(path, "open FORMAT")(e)),
+        }
+    }
+
+    /// The home's directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        let _ = FileExt::unlock(&self.lock);
+    }
+}

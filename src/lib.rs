@@ -1,0 +1,29 @@
+//! # flushpoint
+//!
+//! The persistence layer a BFT chain node embeds: a block store that saves any block in one
+//! atomic synced batch (one fsync), `HoldingDb` overlays that defer the block store's, the
+//! state's and the application's writes during block sync and write them at flush points in
+//! crash-safe order, and a start-up handshake that classifies what a crash left and repairs
+//! it or refuses with the heights involved.
+//!
+//! Layers (dependencies point down): `codec` (keys, records) → `db` (the [`Db`] trait,
+//! backends, counters) → stores ([`BlockStore`], [`StateStore`]).
+
+#![deny(unsafe_code)]
+
+pub mod codec;
+mod db;
+mod error;
+mod home;
+mod store;
+mod types;
+
+pub use db::{
+    BackendCounters, BackendCounts, Batch, CountingBackend, CountingDb, Db, DbIter, Direction,
+    Durability, Entry, KeyRange, MemoryDb, Op, RedbDb, RedbOptions, SyncCounters, SyncCounts,
+    collect_range, fsync_dir,
+};
+pub use error::{CorruptReason, Error, Heights, Result, hex};
+pub use home::{HOME_FORMAT_VERSION, Home};
+pub use store::{BlockStore, HISTORY_CHECKPOINT_INTERVAL, PRUNE_BATCH_BLOCKS, StateStore};
+pub use types::*;

@@ -1,0 +1,417 @@
+//! The block store: blocks, commits, the hash index and the store's base and height.
+//!
+//! Invariant: `save_block` is one atomic `Synced` batch — meta, every part, the last commit,
+//! the seen commit, the hash index entry and the height record — whatever the block's size.
+//! Invariant: the in-memory height advances only after that write returned `Ok`; a failed
+//! write poisons the store (every later call returns `Error::Poisoned`).
+//! Invariant: blocks are contiguous: an empty store takes any first height ≥ 1, then only
+//! height + 1; a rejected block writes nothing.
+
+use std::sync::{Arc, Mutex, RwLock};
+
+use bytes::{Bytes, BytesMut};
+
+use super::{Poison, get_record};
+use crate::codec::keys::{self, height_key, part_key};
+use crate::db::{Batch, Db, Direction, Durability, KeyRange};
+use crate::error::{CorruptReason, Error, Result};
+use crate::types::{
+    Block, BlockMeta, BlockStoreState, Commit, FlushRecord, Hash, HeightValue, PartRecord, PartSet,
+    encode,
+};
+
+/// Blocks deleted per synced batch when pruning or rolling back. Why this bound: a batch's
+/// size stays small (a 1 MiB block is ~16 parts) and one prune call cannot hold the writer
+/// for long, while the fsync cost is amortized over many blocks.
+pub const PRUNE_BATCH_BLOCKS: u64 = 256;
+
+/// The block store over any [`Db`].
+#[derive(Debug)]
+pub struct BlockStore {
+    db: Arc<dyn Db>,
+    range: RwLock<BlockStoreState>,
+    write_lock: Mutex<()>,
+    poison: Poison,
+}
+
+impl BlockStore {
+    /// Opens the store, reading its base and height.
+    pub fn open(db: Arc<dyn Db>) -> Result<Self> {
+        let range = get_record::<BlockStoreState>(&*db, &keys::singleton(keys::BLOCK_STORE_STATE))?
+            .unwrap_or_default();
+        Ok(BlockStore {
+            db,
+            range: RwLock::new(range),
+            write_lock: Mutex::new(()),
+            poison: Poison::default(),
+        })
+    }
+
+    /// The database under the store.
+    pub fn db(&self) -> &Arc<dyn Db> {
+        &self.db
+    }
+
+    /// Lowest stored height (0 when empty).
+    pub fn base(&self) -> u64 {
+        self.range.read().expect("range lock").base
+    }
+
+    /// Highest stored height (0 when empty).
+    pub fn height(&self) -> u64 {
+        self.range.read().expect("range lock").height
+    }
+
+    /// True once a write failed; only a restart clears it.
+    pub fn is_poisoned(&self) -> bool {
+        self.poison.is_set()
+    }
+
+    fn name(&self) -> &str {
+        self.db.name()
+    }
+
+    /// Stages block `block` with its parts and seen commit into `batch` and returns the new
+    /// range; checks contiguity and completeness first (nothing is staged on error).
+    fn stage_block(
+        &self,
+        batch: &mut Batch,
+        block: &Block,
+        parts: &PartSet,
+        seen_commit: &Commit,
+    ) -> Result<BlockStoreState> {
+        let cur = *self.range.read().expect("range lock");
+        let h = block.height();
+        let expected = if cur.height == 0 {
+            h.max(1)
+        } else {
+            cur.height + 1
+        };
+        if h != expected || h == 0 {
+            return Err(Error::NonContiguous { expected, got: h });
+        }
+        if !parts.is_complete() || parts.total() == 0 {
+            return Err(Error::IncompletePartSet {
+                height: h,
+                have: parts.count(),
+                total: parts.total(),
+            });
+        }
+        let hash = block.hash();
+        if seen_commit.height != h || seen_commit.block_hash != hash {
+            return Err(Error::InvalidInput(format!(
+                "seen commit for height {} does not commit block {h}",
+                seen_commit.height
+            )));
+        }
+        if block.last_commit.height + 1 != h {
+            return Err(Error::InvalidInput(format!(
+                "block {h} carries a last commit for height {}",
+                block.last_commit.height
+            )));
+        }
+        let meta = BlockMeta {
+            block_hash: hash,
+            header: block.header.clone(),
+            part_count: parts.total(),
+            block_size: parts.byte_size(),
+            tx_count: block.txs.len() as u32,
+        };
+        let k = height_key(keys::BLOCK_META, h);
+        batch.put(Bytes::copy_from_slice(&k), encode(&k, &meta));
+        for i in 0..parts.total() {
+            let k = part_key(h, i);
+            let part = parts
+                .part(i)
+                .expect("invariant: a complete part set has every part");
+            batch.put(
+                Bytes::copy_from_slice(&k),
+                encode(&k, &PartRecord(part.clone())),
+            );
+        }
+        // The commit of block h−1 travels in block h and is stored under h−1.
+        if h > 1 {
+            let k = height_key(keys::BLOCK_COMMIT, h - 1);
+            batch.put(Bytes::copy_from_slice(&k), encode(&k, &block.last_commit));
+        }
+        let k = height_key(keys::SEEN_COMMIT, h);
+        batch.put(Bytes::copy_from_slice(&k), encode(&k, seen_commit));
+        let k = keys::hash_key(&hash);
+        batch.put(Bytes::copy_from_slice(&k), encode(&k, &HeightValue(h)));
+        let next = BlockStoreState {
+            base: if cur.base == 0 { h } else { cur.base },
+            height: h,
+        };
+        let k = keys::singleton(keys::BLOCK_STORE_STATE);
+        batch.put(Bytes::copy_from_slice(&k), encode(&k, &next));
+        Ok(next)
+    }
+
+    /// Saves `block`, its complete part set and the seen commit for its height, in one
+    /// atomic batch written `Synced`.
+    ///
+    /// `Ok`: the whole block is durable (when the database holds writes, durable at its
+    /// next flush point) and `height()` returns the block's height.
+    /// `Err` from a bad block (gap, repeat, incomplete parts, mismatched commit): nothing
+    /// was written. `Err` from the database: the block may or may not be durable; the store
+    /// is poisoned.
+    pub fn save_block(&self, block: &Block, parts: &PartSet, seen_commit: &Commit) -> Result<()> {
+        let _w = self.write_lock.lock().expect("write lock");
+        self.poison.check(self.name())?;
+        let mut batch = Batch::new();
+        let next = self.stage_block(&mut batch, block, parts, seen_commit)?;
+        if let Err(e) = self.db.write(&batch, Durability::Synced) {
+            self.poison.set(&e);
+            return Err(e);
+        }
+        // Only now, with the batch acknowledged, may readers see the new height.
+        *self.range.write().expect("range lock") = next;
+        Ok(())
+    }
+
+    /// Writes the flush record {from, to} (one `Synced` write; when the database holds
+    /// writes, it joins the held batch of the flush point).
+    pub fn save_flush_record(&self, record: &FlushRecord) -> Result<()> {
+        let _w = self.write_lock.lock().expect("write lock");
+        self.poison.check(self.name())?;
+        assert!(
+            record.from < record.to,
+            "invariant: a flush record spans at least one block"
+        );
+        let k = keys::singleton(keys::FLUSH_RECORD);
+        let mut batch = Batch::new();
+        batch.put(Bytes::copy_from_slice(&k), encode(&k, record));
+        self.write(&batch)
+    }
+
+    /// The last flush record written.
+    pub fn load_flush_record(&self) -> Result<Option<FlushRecord>> {
+        get_record(&*self.db, &keys::singleton(keys::FLUSH_RECORD))
+    }
+
+    fn write(&self, batch: &Batch) -> Result<()> {
+        if let Err(e) = self.db.write(batch, Durability::Synced) {
+            self.poison.set(&e);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The meta of block `height`.
+    pub fn load_block_meta(&self, height: u64) -> Result<Option<BlockMeta>> {
+        self.poison.check(self.name())?;
+        get_record(&*self.db, &height_key(keys::BLOCK_META, height))
+    }
+
+    /// Part `index` of block `height`.
+    pub fn load_block_part(&self, height: u64, index: u32) -> Result<Option<Bytes>> {
+        self.poison.check(self.name())?;
+        Ok(get_record::<PartRecord>(&*self.db, &part_key(height, index))?.map(|p| p.0))
+    }
+
+    /// The whole block at `height`. A block whose meta is stored but a part is missing or
+    /// does not decode is reported as corruption.
+    pub fn load_block(&self, height: u64) -> Result<Option<Block>> {
+        let Some(meta) = self.load_block_meta(height)? else {
+            return Ok(None);
+        };
+        let mut buf = BytesMut::with_capacity(meta.block_size as usize);
+        for i in 0..meta.part_count {
+            match self.load_block_part(height, i)? {
+                Some(p) => buf.extend_from_slice(&p),
+                None => {
+                    return Err(self.corrupt(
+                        &part_key(height, i),
+                        Some(height),
+                        CorruptReason::Invalid("a part of a stored block is missing"),
+                    ));
+                }
+            }
+        }
+        let k = height_key(keys::BLOCK_META, height);
+        let block = Block::decode(&buf).map_err(|r| self.corrupt(&k, Some(height), r))?;
+        if block.hash() != meta.block_hash {
+            return Err(self.corrupt(
+                &k,
+                Some(height),
+                CorruptReason::Invalid("parts do not hash to the stored block hash"),
+            ));
+        }
+        Ok(Some(block))
+    }
+
+    fn corrupt(&self, key: &[u8], height: Option<u64>, reason: CorruptReason) -> Error {
+        Error::Corrupt {
+            db: self.name().to_string(),
+            key: key.to_vec(),
+            height,
+            reason,
+        }
+    }
+
+    /// The canonical commit for `height` (stored with block `height + 1`).
+    pub fn load_block_commit(&self, height: u64) -> Result<Option<Commit>> {
+        self.poison.check(self.name())?;
+        get_record(&*self.db, &height_key(keys::BLOCK_COMMIT, height))
+    }
+
+    /// The commit this node saw for `height`.
+    pub fn load_seen_commit(&self, height: u64) -> Result<Option<Commit>> {
+        self.poison.check(self.name())?;
+        get_record(&*self.db, &height_key(keys::SEEN_COMMIT, height))
+    }
+
+    /// The height of the block with `hash`.
+    pub fn height_by_hash(&self, hash: &Hash) -> Result<Option<u64>> {
+        self.poison.check(self.name())?;
+        Ok(get_record::<HeightValue>(&*self.db, &keys::hash_key(hash))?.map(|h| h.0))
+    }
+
+    /// The meta of the block with `hash`.
+    pub fn load_block_meta_by_hash(&self, hash: &Hash) -> Result<Option<BlockMeta>> {
+        match self.height_by_hash(hash)? {
+            Some(h) => self.load_block_meta(h),
+            None => Ok(None),
+        }
+    }
+
+    /// The block with `hash`.
+    pub fn load_block_by_hash(&self, hash: &Hash) -> Result<Option<Block>> {
+        match self.height_by_hash(hash)? {
+            Some(h) => self.load_block(h),
+            None => Ok(None),
+        }
+    }
+
+    /// Stages the deletion of block `height` (meta, parts, commits, hash index).
+    fn stage_delete(&self, batch: &mut Batch, height: u64) -> Result<()> {
+        let meta = self.load_block_meta(height)?;
+        let part_count = meta.as_ref().map_or(0, |m| m.part_count);
+        batch.delete(Bytes::copy_from_slice(&height_key(
+            keys::BLOCK_META,
+            height,
+        )));
+        for i in 0..part_count {
+            batch.delete(Bytes::copy_from_slice(&part_key(height, i)));
+        }
+        batch.delete(Bytes::copy_from_slice(&height_key(
+            keys::BLOCK_COMMIT,
+            height,
+        )));
+        batch.delete(Bytes::copy_from_slice(&height_key(
+            keys::SEEN_COMMIT,
+            height,
+        )));
+        if let Some(m) = meta {
+            batch.delete(Bytes::copy_from_slice(&keys::hash_key(&m.block_hash)));
+        }
+        Ok(())
+    }
+
+    /// The lowest height with a stored meta (pruning may have left blocks below `base`).
+    fn lowest_stored(&self) -> Result<Option<u64>> {
+        let r = KeyRange::prefix(&[keys::BLOCK_META]);
+        match self.db.range(r, Direction::Forward)?.next() {
+            Some(Ok((k, _))) => Ok(keys::height_of(&k)),
+            Some(Err(e)) => Err(e),
+            None => Ok(None),
+        }
+    }
+
+    /// Removes every block below `retain_height`; returns how many were removed.
+    ///
+    /// The base is raised first, in its own synced write, so a crash midway leaves a store
+    /// whose base and height are right; blocks below the base left by such a crash are
+    /// removed by the next prune. Blocks go in synced batches of [`PRUNE_BATCH_BLOCKS`].
+    pub fn prune(&self, retain_height: u64) -> Result<u64> {
+        let _w = self.write_lock.lock().expect("write lock");
+        self.poison.check(self.name())?;
+        let cur = *self.range.read().expect("range lock");
+        if retain_height == 0 || retain_height > cur.height {
+            return Err(Error::InvalidInput(format!(
+                "cannot prune to retain height {retain_height}: the store holds {}..={}",
+                cur.base, cur.height
+            )));
+        }
+        if retain_height > cur.base {
+            let next = BlockStoreState {
+                base: retain_height,
+                height: cur.height,
+            };
+            let k = keys::singleton(keys::BLOCK_STORE_STATE);
+            let mut batch = Batch::new();
+            batch.put(Bytes::copy_from_slice(&k), encode(&k, &next));
+            // The base goes first: readers and a restart must never look for pruned blocks.
+            self.write(&batch)?;
+            *self.range.write().expect("range lock") = next;
+        }
+        let Some(mut low) = self.lowest_stored()? else {
+            return Ok(0);
+        };
+        let mut pruned = 0;
+        while low < retain_height {
+            let end = (low + PRUNE_BATCH_BLOCKS).min(retain_height);
+            let mut batch = Batch::new();
+            for h in low..end {
+                self.stage_delete(&mut batch, h)?;
+            }
+            self.write(&batch)?;
+            pruned += end - low;
+            low = end;
+        }
+        Ok(pruned)
+    }
+
+    /// Removes every block above `height` (top down, in synced batches, each lowering the
+    /// height record with its deletions, so a crash midway leaves a consistent store), and a
+    /// flush record that reaches above it. Returns how many blocks were removed.
+    pub fn rollback_to(&self, height: u64) -> Result<u64> {
+        let _w = self.write_lock.lock().expect("write lock");
+        self.poison.check(self.name())?;
+        let cur = *self.range.read().expect("range lock");
+        if height >= cur.height {
+            return Ok(0);
+        }
+        if height < cur.base.saturating_sub(1) {
+            return Err(Error::Rollback(format!(
+                "height {height} is below the block store's base {}",
+                cur.base
+            )));
+        }
+        let mut top = cur.height;
+        let mut removed = 0;
+        while top > height {
+            let low = top.saturating_sub(PRUNE_BATCH_BLOCKS).max(height);
+            let mut batch = Batch::new();
+            for h in (low + 1..=top).rev() {
+                self.stage_delete(&mut batch, h)?;
+            }
+            // The commit of `low` was saved with block low+1; it goes with it.
+            batch.delete(Bytes::copy_from_slice(&height_key(keys::BLOCK_COMMIT, low)));
+            let next = if low == 0 {
+                BlockStoreState::default()
+            } else {
+                BlockStoreState {
+                    base: cur.base,
+                    height: low,
+                }
+            };
+            let k = keys::singleton(keys::BLOCK_STORE_STATE);
+            if next == BlockStoreState::default() {
+                batch.delete(Bytes::copy_from_slice(&k));
+            } else {
+                batch.put(Bytes::copy_from_slice(&k), encode(&k, &next));
+            }
+            if let Some(rec) = self.load_flush_record()?
+                && rec.to > low
+            {
+                batch.delete(Bytes::copy_from_slice(&keys::singleton(keys::FLUSH_RECORD)));
+            }
+            self.write(&batch)?;
+            *self.range.write().expect("range lock") = next;
+            removed += top - low;
+            top = low;
+        }
+        Ok(removed)
+    }
+}
