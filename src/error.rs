@@ -187,6 +187,14 @@ pub enum Error {
         /// What was asked.
         what: &'static str,
     },
+    /// A block does not follow the state it is applied to.
+    #[error("block {height} does not follow the state: {reason}")]
+    InvalidBlock {
+        /// The block's height.
+        height: u64,
+        /// Which field disagrees.
+        reason: String,
+    },
     /// A rollback was refused.
     #[error("rollback refused: {0}")]
     Rollback(String),

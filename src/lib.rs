@@ -11,19 +11,32 @@
 
 #![deny(unsafe_code)]
 
+mod app;
+mod chain;
 pub mod codec;
 mod db;
 mod error;
+mod holding;
 mod home;
-mod store;
+mod node;
+pub(crate) mod store;
+pub mod testing;
 mod types;
 
+pub use app::{App, AppInfo, KvApp, Tx};
+pub use chain::{ChainSpec, Profile};
 pub use db::{
     BackendCounters, BackendCounts, Batch, CountingBackend, CountingDb, Db, DbIter, Direction,
     Durability, Entry, KeyRange, MemoryDb, Op, RedbDb, RedbOptions, SyncCounters, SyncCounts,
     collect_range, fsync_dir,
 };
 pub use error::{CorruptReason, Error, Heights, Result, hex};
+pub use holding::{HeldWrite, HoldingDb};
 pub use home::{HOME_FORMAT_VERSION, Home};
+pub use node::{
+    DeferredWrites, Event, EventKind, EventSink, FLUSH_BYTES_MAX, FLUSH_INTERVAL, FlushInputs,
+    FlushPolicy, FlushReport, FlushTrigger, Genesis, HandshakeCase, HandshakeReport, Mode,
+    NoEvents, Node, NodeDb, Observed, classify, observe,
+};
 pub use store::{BlockStore, HISTORY_CHECKPOINT_INTERVAL, PRUNE_BATCH_BLOCKS, StateStore};
 pub use types::*;

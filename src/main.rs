@@ -1,1 +1,4 @@
-fn main() {}
+//! The `flushpoint` command-line tool.
+fn main() {
+    println!("flushpoint {}", env!("CARGO_PKG_VERSION"));
+}

@@ -1,0 +1,77 @@
+//! The application side: the [`App`] trait an application implements so its commits can be
+//! held, and [`KvApp`], a deterministic demo key-value state machine.
+//!
+//! Invariant: an app's `commit` writes through its own database handle; whether that write
+//! is held or synced is the holding switch's business, not the app's.
+//! Invariant: queries answer from the durable version; before the first durable commit
+//! they are refused with `Error::NotYetDurable`.
+
+mod kv;
+
+pub use kv::{KvApp, Tx};
+
+use bytes::Bytes;
+
+use crate::error::Result;
+use crate::types::{Block, BlockResults, Hash};
+
+/// An app's height and app hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct AppInfo {
+    /// The last committed height (0: nothing committed).
+    pub height: u64,
+    /// The app hash after it.
+    pub app_hash: Hash,
+}
+
+/// An application whose commits can be held during block sync.
+///
+/// The node calls, per block: `execute_block`, then (after saving the results) `commit`.
+/// During block sync it calls `hold` once, and at each flush point `write_held`, after the
+/// block store and the state are durable.
+pub trait App: Send {
+    /// Height and app hash of the last commit, held or durable.
+    fn committed(&self) -> Result<AppInfo>;
+
+    /// Height and app hash on disk.
+    fn durable(&self) -> Result<AppInfo>;
+
+    /// Executes `block` (at `committed().height + 1`) without committing it.
+    fn execute_block(&mut self, block: &Block) -> Result<BlockResults>;
+
+    /// Commits the executed block; returns the new height and app hash.
+    ///
+    /// `Ok` when not holding: durable. When holding: durable after the next `write_held`.
+    fn commit(&mut self) -> Result<AppInfo>;
+
+    /// Starts holding commits. Returns false when this app cannot hold (it is then written
+    /// per block, and flush points skip it).
+    fn hold(&mut self) -> Result<bool>;
+
+    /// Stops holding; nothing may be held (call `write_held` first).
+    fn stop_holding(&mut self) -> Result<()>;
+
+    /// Writes every held commit as one synced batch.
+    ///
+    /// `Ok`: durable at `committed().height`. `Err`: unknown; the app is poisoned.
+    fn write_held(&mut self) -> Result<()>;
+
+    /// Bytes the app holds (counted toward the flush-point memory trigger).
+    fn held_bytes(&self) -> u64;
+
+    /// The height at which the app halts, if any: a flush point is taken there.
+    fn halt_height(&self) -> Option<u64>;
+
+    /// Returns and clears the app's request for a flush point (e.g. it wrote a halt param).
+    fn take_flush_request(&mut self) -> bool;
+
+    /// Answers a query from durable state.
+    fn query(&self, key: &[u8]) -> Result<Option<Bytes>>;
+
+    /// Rolls the app back to `height`, if it supports it (used by `flushpoint rollback`).
+    /// The default refuses.
+    fn rollback_to(&mut self, height: u64) -> Result<bool> {
+        let _ = height;
+        Ok(false)
+    }
+}

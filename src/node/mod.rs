@@ -1,0 +1,667 @@
+//! The node-facing facade: the block store, the state store and the app, driven block by
+//! block in block-sync mode (writes held, flushed at flush points) or consensus mode (each
+//! block written as it comes), with the start-up handshake.
+//!
+//! Invariant: only the flush point and the handshake's repair write to more than one
+//! database, and both write in the order block store → state → app, each step starting
+//! after the previous one's sync returned `Ok`.
+//! Invariant: an event fires only after its block is durable in all three databases, in
+//! block order, at most once; blocks replayed by the handshake fire none.
+//! Invariant: after any failed write the node is poisoned: every later call fails, and only
+//! a restart (which runs the handshake) continues.
+
+mod deferred;
+mod events;
+pub mod handshake;
+
+pub use deferred::{
+    DeferredWrites, FLUSH_BYTES_MAX, FLUSH_INTERVAL, FlushInputs, FlushPolicy, FlushReport,
+    FlushTrigger,
+};
+pub use events::{Event, EventKind, EventSink, NoEvents};
+pub use handshake::{HandshakeCase, Observed, classify};
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::app::App;
+use crate::codec::keys;
+use crate::db::{Batch, Db, Durability};
+use crate::error::{Error, Heights, Result};
+use crate::holding::HoldingDb;
+use crate::store::{BlockStore, StateStore};
+use crate::types::{Block, BlockResults, Commit, ConsensusParams, PartSet, State, ValidatorSet};
+
+/// A database handle as the node holds it.
+pub type NodeDb = Arc<HoldingDb<Arc<dyn Db>>>;
+
+/// The chain's genesis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Genesis {
+    /// The first height.
+    pub initial_height: u64,
+    /// The first validator set.
+    pub validators: ValidatorSet,
+    /// The first consensus params.
+    pub consensus_params: ConsensusParams,
+}
+
+/// How blocks are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub enum Mode {
+    /// Block sync: writes held, written at flush points.
+    BlockSync,
+    /// Consensus: per block, `save_block` (1 sync), results, app commit, state (4 in all).
+    Consensus,
+    /// The reference node's old path: consensus plus a second block-store sync (5 in all).
+    Legacy,
+}
+
+/// What the handshake found and did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HandshakeReport {
+    /// What it observed.
+    pub observed: Observed,
+    /// The case.
+    pub case: HandshakeCase,
+    /// Blocks replayed on the app only.
+    pub app_replayed: u64,
+    /// Blocks applied to app and state.
+    pub applied: u64,
+    /// The height all three databases are at afterwards.
+    pub height: u64,
+}
+
+/// A node's databases and app.
+pub struct Node {
+    block_db: NodeDb,
+    state_db: NodeDb,
+    block_store: BlockStore,
+    state_store: StateStore,
+    app: Box<dyn App>,
+    state: State,
+    mode: Mode,
+    app_holds: bool,
+    deferred: DeferredWrites,
+    sink: Box<dyn EventSink>,
+    poison: Option<String>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("height", &self.state.last_block_height)
+            .field("mode", &self.mode)
+            .finish()
+    }
+}
+
+fn events_of(block: &Block, results: &BlockResults) -> Vec<Event> {
+    let h = block.height();
+    let mut ev = vec![Event {
+        height: h,
+        kind: EventKind::NewBlock {
+            hash: block.hash(),
+            tx_count: block.txs.len() as u32,
+        },
+    }];
+    for (i, r) in results.tx_results.iter().enumerate() {
+        ev.push(Event {
+            height: h,
+            kind: EventKind::Tx {
+                index: i as u32,
+                code: r.code,
+            },
+        });
+    }
+    ev
+}
+
+/// Reads what the handshake looks at, normalized, without changing anything.
+pub fn observe(
+    block_store: &BlockStore,
+    state_store: &StateStore,
+    app: &dyn App,
+) -> Result<(Option<State>, Observed)> {
+    let state = state_store.load_state()?;
+    let empty = state
+        .as_ref()
+        .map_or(0, |s| s.initial_height.saturating_sub(1));
+    let norm = |h: u64| if h == 0 { empty } else { h };
+    let observed = Observed {
+        block_store_height: norm(block_store.height()),
+        state_height: state.as_ref().map_or(0, |s| s.last_block_height),
+        app_height: norm(app.durable()?.height),
+        record: block_store.load_flush_record()?,
+    };
+    Ok((state, observed))
+}
+
+impl Node {
+    /// Opens the node over its databases, runs the handshake (repairing what a crash left,
+    /// or refusing with the heights), and returns it in consensus mode (call
+    /// [`Node::start_block_sync`] to hold writes).
+    pub fn open(
+        block_store_db: Arc<dyn Db>,
+        state_db: Arc<dyn Db>,
+        app: Box<dyn App>,
+        genesis: &Genesis,
+        sink: Box<dyn EventSink>,
+    ) -> Result<(Node, HandshakeReport)> {
+        let block_db: NodeDb = Arc::new(HoldingDb::new(block_store_db));
+        let state_db: NodeDb = Arc::new(HoldingDb::new(state_db));
+        let block_store = BlockStore::open(block_db.clone() as Arc<dyn Db>)?;
+        let state_store = StateStore::open(state_db.clone() as Arc<dyn Db>);
+        let (state, observed) = observe(&block_store, &state_store, &*app)?;
+        let (state, case) = match state {
+            None => {
+                if block_store.height() != 0 || app.durable()?.height != 0 {
+                    return Err(Error::Inconsistent {
+                        heights: Heights {
+                            block_store_height: block_store.height(),
+                            state_height: 0,
+                            app_height: app.durable()?.height,
+                        },
+                        record: fmt_record(observed.record),
+                        reason: "blocks or app state exist but no state was saved".into(),
+                    });
+                }
+                let s = State::genesis(
+                    genesis.initial_height,
+                    genesis.validators.clone(),
+                    genesis.consensus_params.clone(),
+                    app.committed()?.app_hash,
+                );
+                state_store.save_state(&s)?;
+                (s, HandshakeCase::Fresh)
+            }
+            Some(s) => {
+                let case = classify(&observed).map_err(|reason| Error::Inconsistent {
+                    heights: Heights {
+                        block_store_height: observed.block_store_height,
+                        state_height: observed.state_height,
+                        app_height: observed.app_height,
+                    },
+                    record: fmt_record(observed.record),
+                    reason: reason.into(),
+                })?;
+                (s, case)
+            }
+        };
+        let flushed = state.last_block_height;
+        let mut node = Node {
+            block_db,
+            state_db,
+            block_store,
+            state_store,
+            app,
+            state,
+            mode: Mode::Consensus,
+            app_holds: false,
+            deferred: DeferredWrites::new(FlushPolicy::default(), flushed, Instant::now()),
+            sink,
+            poison: None,
+        };
+        let report = node.repair(observed, case)?;
+        node.deferred.flushed_height = node.state.last_block_height;
+        Ok((node, report))
+    }
+
+    fn repair(&mut self, o: Observed, case: HandshakeCase) -> Result<HandshakeReport> {
+        let (b, s, a) = (o.block_store_height, o.state_height, o.app_height);
+        let mut report = HandshakeReport {
+            observed: o,
+            case,
+            app_replayed: 0,
+            applied: 0,
+            height: s,
+        };
+        match case {
+            HandshakeCase::Fresh | HandshakeCase::Consistent => {}
+            HandshakeCase::AppBehind => {
+                report.app_replayed = self.replay_app(a + 1, s)?;
+            }
+            HandshakeCase::BlockStoreAhead => {
+                report.app_replayed = self.replay_app(a + 1, s)?;
+                self.apply_stored(b)?;
+                report.applied = 1;
+            }
+            HandshakeCase::StateBehindApp => {
+                let block = self.load_stored_block(b)?;
+                let results = self.state_store.load_results(b)?.ok_or_else(|| Error::NotFound {
+                    db: self.state_db.name().to_string(),
+                    what: format!("results of block {b}, needed to rebuild the state the app already committed"),
+                })?;
+                let app_hash = self.app.committed()?.app_hash;
+                let next = self.state.next(&block, &results, app_hash);
+                self.state_store.save_state(&next)?;
+                self.state = next;
+                report.applied = 1;
+            }
+            HandshakeCase::FlushRollForward => {
+                report.app_replayed = self.replay_app(a + 1, s)?;
+                // Roll forward: the window's blocks are durable locally; apply them with the
+                // state and app held, then write state, then app — steps 2 and 3 of the flush
+                // point the crash interrupted. A crash here leaves the same shape again.
+                self.state_db.hold()?;
+                let app_holds = self.app.hold()?;
+                for h in s + 1..=b {
+                    self.apply_stored(h)?;
+                }
+                self.state_db.write_held()?;
+                if app_holds {
+                    self.app.write_held()?;
+                    self.app.stop_holding()?;
+                }
+                self.state_db.stop_holding()?;
+                report.applied = b - s;
+            }
+        }
+        report.height = self.state.last_block_height;
+        debug_assert_eq!(
+            self.app
+                .committed()?
+                .height
+                .max(self.state.initial_height - 1),
+            report.height
+        );
+        Ok(report)
+    }
+
+    fn load_stored_block(&self, h: u64) -> Result<Block> {
+        self.block_store
+            .load_block(h)?
+            .ok_or_else(|| Error::NotFound {
+                db: self.block_db.name().to_string(),
+                what: format!("block {h}, needed by the handshake"),
+            })
+    }
+
+    /// Replays blocks `from..=to` on the app only, checking each app hash against the chain.
+    fn replay_app(&mut self, from: u64, to: u64) -> Result<u64> {
+        for h in from..=to {
+            let block = self.load_stored_block(h)?;
+            self.app.execute_block(&block)?;
+            let info = self.app.commit()?;
+            let expected = if h == self.state.last_block_height {
+                self.state.app_hash
+            } else {
+                self.load_stored_block(h + 1)?.header.app_hash
+            };
+            if info.app_hash != expected {
+                return Err(Error::AppHashMismatch {
+                    height: h,
+                    expected: crate::hex(&expected),
+                    got: crate::hex(&info.app_hash),
+                });
+            }
+        }
+        Ok(if from <= to { to - from + 1 } else { 0 })
+    }
+
+    fn apply_stored(&mut self, h: u64) -> Result<Vec<Event>> {
+        let block = self.load_stored_block(h)?;
+        self.apply(&block)
+    }
+
+    /// Checks `block` against the state, executes it, saves results, commits the app and
+    /// saves the state — in that order (results before the app commits; state after).
+    fn apply(&mut self, block: &Block) -> Result<Vec<Event>> {
+        let h = block.height();
+        let s = &self.state;
+        let bad = |reason: &str| {
+            Err(Error::InvalidBlock {
+                height: h,
+                reason: reason.to_string(),
+            })
+        };
+        if h != s.last_block_height + 1 {
+            return bad("height is not the state's next height");
+        }
+        if block.header.last_block_hash != s.last_block_hash {
+            return bad("last block hash differs");
+        }
+        if block.header.app_hash != s.app_hash {
+            return bad("app hash differs from the app's after the previous block");
+        }
+        if block.header.validators_hash != s.validators.hash() {
+            return bad("validators hash differs");
+        }
+        if block.header.consensus_params_hash != s.consensus_params.hash() {
+            return bad("consensus params hash differs");
+        }
+        if block.header.last_results_hash != s.last_results_hash {
+            return bad("last results hash differs");
+        }
+        let results = self.app.execute_block(block)?;
+        // The results must be saved before the app commits: a crash after the commit rebuilds
+        // the state from them (StateBehindApp).
+        self.state_store.save_results(h, &results)?;
+        let info = self.app.commit()?;
+        let next = self.state.next(block, &results, info.app_hash);
+        // The state is saved after the app commit: a crash before this line leaves the app
+        // one ahead of the state, which the handshake repairs from the saved results.
+        self.state_store.save_state(&next)?;
+        self.state = next;
+        Ok(events_of(block, &results))
+    }
+
+    fn check_poison(&self) -> Result<()> {
+        match &self.poison {
+            Some(cause) => Err(Error::Poisoned {
+                db: "node".into(),
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn poisoned<T>(&mut self, r: Result<T>) -> Result<T> {
+        if let Err(e) = &r
+            && self.poison.is_none()
+        {
+            self.poison = Some(e.to_string());
+        }
+        r
+    }
+
+    /// Starts block sync: every database holds its writes until a flush point.
+    pub fn start_block_sync(&mut self, policy: FlushPolicy, now: Instant) -> Result<()> {
+        self.check_poison()?;
+        if self.mode == Mode::BlockSync {
+            return Ok(());
+        }
+        self.block_db.hold()?;
+        self.state_db.hold()?;
+        self.app_holds = self.app.hold()?;
+        self.mode = Mode::BlockSync;
+        self.deferred = DeferredWrites {
+            policy,
+            last_flush: now,
+            flushed_height: self.state.last_block_height,
+            ..std::mem::replace(&mut self.deferred, DeferredWrites::new(policy, 0, now))
+        };
+        Ok(())
+    }
+
+    /// Sets the per-block mode used outside block sync (`Consensus` or `Legacy`).
+    pub fn set_per_block_mode(&mut self, mode: Mode) -> Result<()> {
+        if self.mode == Mode::BlockSync || mode == Mode::BlockSync {
+            return Err(Error::InvalidInput(
+                "use start_block_sync / switch_to_consensus to enter or leave block sync".into(),
+            ));
+        }
+        self.mode = mode;
+        Ok(())
+    }
+
+    /// Applies a block received in block sync. Its writes are held; when a flush-point
+    /// trigger fires after it, the flush point is taken before this returns.
+    ///
+    /// `Ok(None)`: the block is applied and held (durable at the next flush point).
+    /// `Ok(Some(_))`: a flush point made it and every earlier block durable.
+    /// `Err`: the node is poisoned; restart it.
+    pub fn sync_block(
+        &mut self,
+        block: &Block,
+        parts: &PartSet,
+        seen_commit: &Commit,
+        now: Instant,
+    ) -> Result<Option<FlushReport>> {
+        self.check_poison()?;
+        if self.mode != Mode::BlockSync {
+            return Err(Error::InvalidInput("sync_block outside block sync".into()));
+        }
+        let r = self.block_store.save_block(block, parts, seen_commit);
+        self.poisoned(r)?;
+        let r = self.apply(block);
+        let events = self.poisoned(r)?;
+        self.deferred.held_events.push(events);
+        let held = self.held_bytes();
+        self.deferred.peak_held_bytes = self
+            .deferred
+            .peak_held_bytes
+            .max(held.into_iter().max().unwrap_or(0));
+        self.maybe_flush(now)
+    }
+
+    fn held_bytes(&self) -> [u64; 3] {
+        [
+            self.block_db.held_bytes(),
+            self.state_db.held_bytes(),
+            self.app.held_bytes(),
+        ]
+    }
+
+    fn maybe_flush(&mut self, now: Instant) -> Result<Option<FlushReport>> {
+        let inputs = FlushInputs {
+            since_last_flush: now.saturating_duration_since(self.deferred.last_flush),
+            held_bytes: self.held_bytes(),
+            held_blocks: self.state.last_block_height - self.deferred.flushed_height,
+            height: self.state.last_block_height,
+            halt_height: self.app.halt_height(),
+            app_requested: self.app.take_flush_request(),
+        };
+        match self.deferred.policy.decide(&inputs) {
+            Some(trigger) => self.flush_point(trigger, now),
+            None => Ok(None),
+        }
+    }
+
+    /// The timer: takes a flush point if the interval passed, also when no block arrived.
+    pub fn on_timer(&mut self, now: Instant) -> Result<Option<FlushReport>> {
+        self.check_poison()?;
+        if self.mode != Mode::BlockSync {
+            return Ok(None);
+        }
+        self.maybe_flush(now)
+    }
+
+    /// Takes a flush point now (between blocks), if anything is held.
+    pub fn flush_point(
+        &mut self,
+        trigger: FlushTrigger,
+        now: Instant,
+    ) -> Result<Option<FlushReport>> {
+        self.check_poison()?;
+        let from = self.deferred.flushed_height;
+        let to = self.state.last_block_height;
+        if to == from {
+            self.deferred.last_flush = now;
+            return Ok(None);
+        }
+        let r = self.write_flush_point(from, to);
+        let bytes = self.poisoned(r)?;
+        // Step 4: every database is durable at `to`; the window's events fire, in block
+        // order, once. Moving this above the writes would fire events for blocks a crash
+        // can still lose.
+        for events in std::mem::take(&mut self.deferred.held_events) {
+            for e in &events {
+                self.sink.fire(e);
+            }
+        }
+        self.deferred.flushed_height = to;
+        self.deferred.flush_points += 1;
+        let end = Instant::now();
+        self.deferred.last_flush = end.max(now);
+        Ok(Some(FlushReport {
+            trigger,
+            from,
+            to,
+            bytes,
+            duration: end.saturating_duration_since(now),
+        }))
+    }
+
+    fn write_flush_point(&mut self, from: u64, to: u64) -> Result<u64> {
+        assert!(from < to, "invariant: flush heights increase");
+        assert_eq!(
+            self.block_store.height(),
+            to,
+            "invariant: a flush point is taken between blocks"
+        );
+        assert_eq!(
+            self.app.committed()?.height,
+            to,
+            "invariant: the app committed the window"
+        );
+        // Step 1: the block store's blocks F+1..F′ and the flush record, one synced batch.
+        // It must come first: steps 2 and 3 are replayed from these blocks after a crash.
+        self.block_store
+            .save_flush_record(&crate::types::FlushRecord { from, to })?;
+        let mut bytes = self.block_db.write_held()?.bytes;
+        // Step 2: the state at F′ and the results F+1..F′. Only after step 1 is durable.
+        bytes += self.state_db.write_held()?.bytes;
+        // Step 3: the app, last: an app ahead of the state could not be rolled forward.
+        let app_before = self.app.held_bytes();
+        if self.app_holds {
+            self.app.write_held()?;
+        }
+        bytes += app_before;
+        debug_assert_eq!(
+            self.held_bytes(),
+            [0, 0, 0],
+            "invariant: the overlays are empty after a flush point"
+        );
+        Ok(bytes)
+    }
+
+    /// Takes a flush point and turns holding off: later blocks go through
+    /// [`Node::commit_block`].
+    pub fn switch_to_consensus(&mut self, now: Instant) -> Result<Option<FlushReport>> {
+        self.check_poison()?;
+        if self.mode != Mode::BlockSync {
+            return Ok(None);
+        }
+        let report = self.flush_point(FlushTrigger::SwitchToConsensus, now)?;
+        self.block_db.stop_holding()?;
+        self.state_db.stop_holding()?;
+        if self.app_holds {
+            self.app.stop_holding()?;
+        }
+        self.mode = Mode::Consensus;
+        Ok(report)
+    }
+
+    /// Commits a block in consensus mode: `save_block` (one synced batch), then results, the
+    /// app commit and the state, each synced; then its events fire.
+    pub fn commit_block(
+        &mut self,
+        block: &Block,
+        parts: &PartSet,
+        seen_commit: &Commit,
+    ) -> Result<()> {
+        self.check_poison()?;
+        if self.mode == Mode::BlockSync {
+            return Err(Error::InvalidInput(
+                "commit_block during block sync: switch to consensus first".into(),
+            ));
+        }
+        let r = self.block_store.save_block(block, parts, seen_commit);
+        self.poisoned(r)?;
+        if self.mode == Mode::Legacy {
+            // The reference node's old second block-store fsync (an empty key, synced).
+            let mut b = Batch::new();
+            b.put(Bytes::from_static(&[0x00]), Bytes::new());
+            let r = self.block_db.write(&b, Durability::Synced);
+            self.poisoned(r)?;
+        }
+        let r = self.apply(block);
+        let events = self.poisoned(r)?;
+        for e in &events {
+            self.sink.fire(e);
+        }
+        self.deferred.flushed_height = self.state.last_block_height;
+        Ok(())
+    }
+
+    /// Stops cleanly: takes a flush point if in block sync, then closes the databases.
+    pub fn stop(mut self, now: Instant) -> Result<Option<FlushReport>> {
+        self.check_poison()?;
+        let report = if self.mode == Mode::BlockSync {
+            self.flush_point(FlushTrigger::Stop, now)?
+        } else {
+            None
+        };
+        // Closing explicitly: dropping the handles closes the files (redb writes its clean
+        // shutdown marker), before the caller can reopen the home.
+        drop(self);
+        Ok(report)
+    }
+
+    /// The height applied (held or durable).
+    pub fn height(&self) -> u64 {
+        self.state.last_block_height
+    }
+
+    /// The height durable in all three databases.
+    pub fn durable_height(&self) -> u64 {
+        self.deferred.flushed_height
+    }
+
+    /// The current state (held or durable).
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// The state on disk, for RPC. Refused before the first flush point of a fresh node.
+    pub fn rpc_state(&self) -> Result<State> {
+        let k = keys::singleton(keys::STATE);
+        let v = self.state_db.get_durable(&k)?;
+        let s = match v {
+            Some(v) => crate::types::decode::<State>(&k, &v).map_err(|reason| Error::Corrupt {
+                db: self.state_db.name().to_string(),
+                key: k.to_vec(),
+                height: None,
+                reason,
+            })?,
+            None => return Err(Error::NotYetDurable { what: "the state" }),
+        };
+        if s.last_block_height < s.initial_height {
+            return Err(Error::NotYetDurable { what: "the state" });
+        }
+        Ok(s)
+    }
+
+    /// An app query, answered from durable state.
+    pub fn query(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        self.app.query(key)
+    }
+
+    /// The block store.
+    pub fn block_store(&self) -> &BlockStore {
+        &self.block_store
+    }
+
+    /// The state store.
+    pub fn state_store(&self) -> &StateStore {
+        &self.state_store
+    }
+
+    /// The app.
+    pub fn app(&self) -> &dyn App {
+        &*self.app
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Deferral counters (flush points, peak held bytes).
+    pub fn deferred(&self) -> &DeferredWrites {
+        &self.deferred
+    }
+
+    /// Bytes held by the block store, the state and the app.
+    pub fn held(&self) -> [u64; 3] {
+        self.held_bytes()
+    }
+}
+
+fn fmt_record(r: Option<crate::types::FlushRecord>) -> String {
+    r.map_or_else(|| "absent".to_string(), |r| r.to_string())
+}

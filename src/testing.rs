@@ -1,0 +1,183 @@
+//! Test doubles embedders can reuse in their own CI: a database that records every batch
+//! (across several databases, in one global order) and one that fails on command.
+//!
+//! Invariant: these wrappers change nothing about the wrapped database's semantics except
+//! what their names say (recording; failing from a chosen write on).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+
+use crate::db::{Batch, Db, DbIter, Direction, Durability, KeyRange};
+use crate::error::{Error, Result};
+
+/// One recorded write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteRecord {
+    /// Position in the global order of all recorded databases.
+    pub seq: u64,
+    /// The database's name.
+    pub db: String,
+    /// The durability asked for.
+    pub durability: Durability,
+    /// The batch.
+    pub batch: Batch,
+}
+
+/// A log shared by several [`RecordingDb`]s.
+#[derive(Debug, Default, Clone)]
+pub struct WriteLog(Arc<Mutex<Vec<WriteRecord>>>);
+
+impl WriteLog {
+    /// A new, empty log.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Every write so far, in order.
+    pub fn records(&self) -> Vec<WriteRecord> {
+        self.0.lock().expect("log lock").clone()
+    }
+    /// Number of writes so far.
+    pub fn len(&self) -> usize {
+        self.0.lock().expect("log lock").len()
+    }
+    /// True when nothing was written.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The database names, in order of writes (e.g. to check flush order).
+    pub fn order(&self) -> Vec<(String, Durability)> {
+        self.records()
+            .into_iter()
+            .map(|r| (r.db, r.durability))
+            .collect()
+    }
+}
+
+/// Records every successful write into a shared [`WriteLog`].
+#[derive(Debug)]
+pub struct RecordingDb<D> {
+    inner: D,
+    log: WriteLog,
+}
+
+impl<D: Db> RecordingDb<D> {
+    /// Records `inner`'s writes into `log`.
+    pub fn new(inner: D, log: WriteLog) -> Self {
+        RecordingDb { inner, log }
+    }
+    /// The wrapped database.
+    pub fn inner(&self) -> &D {
+        &self.inner
+    }
+}
+
+impl<D: Db> Db for RecordingDb<D> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        self.inner.get(key)
+    }
+    fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
+        self.inner.range(range, direction)
+    }
+    fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
+        // Hold the log lock across the write so the recorded order is the real order.
+        let mut log = self.log.0.lock().expect("log lock");
+        self.inner.write(batch, durability)?;
+        let seq = log.len() as u64;
+        log.push(WriteRecord {
+            seq,
+            db: self.inner.name().to_string(),
+            durability,
+            batch: batch.clone(),
+        });
+        Ok(())
+    }
+    fn disk_size_bytes(&self) -> Result<u64> {
+        self.inner.disk_size_bytes()
+    }
+}
+
+/// A countdown shared by several [`FailingDb`]s: the write that brings it to zero fails,
+/// and so does every later one (a dead disk).
+#[derive(Debug, Clone)]
+pub struct FailAfter(Arc<AtomicU64>);
+
+impl FailAfter {
+    /// Lets `n` writes succeed, then fails every write.
+    pub fn new(n: u64) -> Self {
+        FailAfter(Arc::new(AtomicU64::new(n)))
+    }
+    /// Never fails.
+    pub fn never() -> Self {
+        Self::new(u64::MAX)
+    }
+    /// Writes still allowed.
+    pub fn remaining(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+    fn take(&self) -> bool {
+        self.0
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                if n == 0 || n == u64::MAX {
+                    if n == 0 { None } else { Some(n) }
+                } else {
+                    Some(n - 1)
+                }
+            })
+            .is_ok()
+    }
+}
+
+/// Fails writes once its [`FailAfter`] runs out; the failed batch is not applied.
+#[derive(Debug)]
+pub struct FailingDb<D> {
+    inner: D,
+    budget: FailAfter,
+    failures: AtomicU64,
+}
+
+impl<D: Db> FailingDb<D> {
+    /// Wraps `inner` with `budget`.
+    pub fn new(inner: D, budget: FailAfter) -> Self {
+        FailingDb {
+            inner,
+            budget,
+            failures: AtomicU64::new(0),
+        }
+    }
+    /// How many writes were failed (a fault test first proves its fault fired).
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::SeqCst)
+    }
+    /// The wrapped database.
+    pub fn inner(&self) -> &D {
+        &self.inner
+    }
+}
+
+impl<D: Db> Db for FailingDb<D> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        self.inner.get(key)
+    }
+    fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
+        self.inner.range(range, direction)
+    }
+    fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
+        if !self.budget.take() {
+            self.failures.fetch_add(1, Ordering::SeqCst);
+            return Err(Error::storage(
+                self.inner.name(),
+                "write",
+                "injected failure (fsync: EIO)",
+            ));
+        }
+        self.inner.write(batch, durability)
+    }
+}
