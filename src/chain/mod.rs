@@ -101,7 +101,7 @@ impl ChainSpec {
     }
 
     fn every(n: u64, h: u64) -> bool {
-        n != 0 && h % n == 0
+        n != 0 && h.is_multiple_of(n)
     }
 
     fn rand(&self, h: u64, j: u64) -> u64 {
@@ -129,7 +129,7 @@ impl ChainSpec {
         let heavy = match self.profile {
             Profile::Light => false,
             Profile::Heavy => true,
-            Profile::Mixed => h % 10 == 0,
+            Profile::Mixed => h.is_multiple_of(10),
         };
         let (n, len) = if heavy {
             (HEAVY_TXS, HEAVY_VALUE_BYTES)
@@ -140,7 +140,7 @@ impl ChainSpec {
         for j in 0..n {
             let r = self.rand(h, j);
             let key = Bytes::copy_from_slice(&sha256(&(r % KEY_SPACE).to_be_bytes()));
-            let tx = if r % 17 == 0 {
+            let tx = if r.is_multiple_of(17) {
                 Tx::Delete(key)
             } else {
                 Tx::Set(key, self.fill(h, j, len))

@@ -21,6 +21,14 @@ use super::storage::{BackendCounters, BackendCounts, CountingBackend};
 use super::{Batch, Db, DbIter, Direction, Durability, KeyRange, Op};
 use crate::error::{Error, Result};
 
+type RedbItem = std::result::Result<
+    (
+        redb::AccessGuard<'static, &'static [u8]>,
+        redb::AccessGuard<'static, &'static [u8]>,
+    ),
+    redb::StorageError,
+>;
+
 const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
 
 /// redb's page cache per database. Why this bound: three databases share the node's memory
@@ -225,13 +233,7 @@ impl Db for RedbDb {
             .range::<&[u8]>(range.as_ref_bounds())
             .map_err(|e| self.err("range", e))?;
         let name = self.name.clone();
-        let map = move |item: std::result::Result<
-            (
-                redb::AccessGuard<'static, &'static [u8]>,
-                redb::AccessGuard<'static, &'static [u8]>,
-            ),
-            redb::StorageError,
-        >| {
+        let map = move |item: RedbItem| {
             item.map(|(k, v)| {
                 (
                     Bytes::copy_from_slice(k.value()),

@@ -80,8 +80,9 @@ impl StateStore {
         height: u64,
         initial: u64,
     ) -> HistoryEntry<T> {
-        let full =
-            changed_at == height || height == initial || height % HISTORY_CHECKPOINT_INTERVAL == 0;
+        let full = changed_at == height
+            || height == initial
+            || height.is_multiple_of(HISTORY_CHECKPOINT_INTERVAL);
         HistoryEntry {
             changed_at,
             value: full.then(|| value.clone()),
