@@ -1,4 +1,12 @@
-//! The `flushpoint` command-line tool.
+//! The `flushpoint` command-line tool: `sync` a synthetic chain into a home directory,
+//! `crash-test` it with SIGKILL, `inspect` a home and `rollback` one.
+//!
+//! Exit codes: 0 success, 1 failure (a one-line message on stderr says what to do), 2 bad
+//! flags or usage.
+
+mod cli;
+
 fn main() {
-    println!("flushpoint {}", env!("CARGO_PKG_VERSION"));
+    let code = cli::run();
+    std::process::exit(code);
 }

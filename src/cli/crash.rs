@@ -1,0 +1,574 @@
+//! `flushpoint crash-test`: a real-process crash loop. Runs an uncut `sync` for reference,
+//! then on fresh homes spawns `flushpoint sync` with the same flags, SIGKILLs it at chosen
+//! moments — inside flush points (timed on the child's `@fp` markers), during the restart's
+//! recovery, or after a random delay — restarts it until a run completes, and compares the
+//! final heights and app hash with the reference.
+//!
+//! Invariant: a kill is classified from what the child had printed when it died (the
+//! markers are flushed before the step they announce continues), never from the plan, so
+//! "inside a flush point" and "during recovery" count only kills that really landed there.
+//! Invariant: randomness comes from the seed alone; the seed is printed, and rerunning with
+//! it replays the same plans (timing still varies with the machine).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde::Serialize;
+
+use super::dbwrap::{CRASH_TEST_ENV, FLUSH_DELAY_ENV, MARKER};
+use super::{CliError, CliResult, HOME_ENV, ProfileArg};
+
+/// A child that prints nothing for this long is hung: it is killed and the test fails.
+const CHILD_SILENCE_MAX: Duration = Duration::from_secs(120);
+/// Restarts allowed in one round before giving up (each restart must make progress or hit
+/// a kill; this bounds a test that cannot finish).
+const ROUND_RUNS_MAX: u32 = 200;
+
+/// Flags of `flushpoint crash-test`.
+#[derive(Debug, Clone, Args)]
+pub struct CrashArgs {
+    /// Number of SIGKILLs to land.
+    #[arg(long, default_value_t = 50)]
+    pub kills: u32,
+    /// Seed of the chain and of the kill plans.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Block-synced blocks per child run (small, so many kills finish quickly).
+    #[arg(long, default_value_t = 300)]
+    pub blocks: u64,
+    /// Consensus blocks per child run.
+    #[arg(long, default_value_t = 5)]
+    pub consensus_blocks: u64,
+    /// Block sizes.
+    #[arg(long, value_enum, default_value_t = ProfileArg::Light)]
+    pub profile: ProfileArg,
+    /// A flush point every this many blocks in the children (more flush points to hit).
+    #[arg(long, default_value_t = 25)]
+    pub flush_every: u64,
+    /// Test knob passed to the children: sleep this long after each synced write of a
+    /// flush point or a repair, so kills timed on a marker land between two steps.
+    #[arg(long, default_value_t = 2)]
+    pub flush_delay_ms: u64,
+    /// Directory for the test homes [default: a new directory under the system temp dir].
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
+    /// Copy the home left by the first kill inside a flush point here (for `inspect`).
+    #[arg(long)]
+    pub save_flush_kill_home: Option<PathBuf>,
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut x = self.0;
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^ (x >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next() % n }
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// When to kill.
+#[derive(Debug, Clone)]
+enum Trigger {
+    /// On the nth line starting with this text (counted from when the trigger is active).
+    Marker(&'static str, u32),
+    /// This long after the trigger becomes active.
+    Delay(Duration),
+    /// Never (let the run complete).
+    Never,
+}
+
+#[derive(Debug, Clone)]
+struct Plan {
+    /// Active from spawn until `handshake-end`.
+    recovery: Trigger,
+    /// Active from `handshake-end`.
+    main: Trigger,
+}
+
+#[derive(Debug, Default)]
+struct Outcome {
+    killed: bool,
+    in_flush: bool,
+    in_recovery: bool,
+    exit_ok: bool,
+    handshake_case: Option<String>,
+    json: Option<serde_json::Value>,
+    recovery_time: Option<Duration>,
+    run_time: Option<Duration>,
+}
+
+fn spawn_reader(child: &mut Child) -> Receiver<(Instant, String)> {
+    let (tx, rx) = mpsc::channel();
+    let out = child.stdout.take().expect("stdout is piped");
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send((Instant::now(), line)).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn sigkill(child: &Child) {
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: kill(2) with a pid we spawned and have not yet reaped; no memory is touched.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+}
+
+struct Runner<'a> {
+    exe: PathBuf,
+    args: &'a CrashArgs,
+}
+
+impl Runner<'_> {
+    fn command(&self, home: &Path, stderr_file: &Path) -> CliResult<Command> {
+        let a = self.args;
+        let mut c = Command::new(&self.exe);
+        c.arg("sync")
+            .arg("--home")
+            .arg(home)
+            .args(["--blocks", &a.blocks.to_string()])
+            .args(["--consensus-blocks", &a.consensus_blocks.to_string()])
+            .args(["--seed", &a.seed.to_string()])
+            .args(["--profile", a.profile.name()])
+            .args(["--flush-every", &a.flush_every.to_string()])
+            .arg("--json")
+            .env(CRASH_TEST_ENV, "1")
+            .env(FLUSH_DELAY_ENV, a.flush_delay_ms.to_string())
+            .env_remove(HOME_ENV)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(std::fs::File::create(stderr_file).map_err(
+                |e| {
+                    CliError::failure(format!(
+                        "cannot create {}: {e}; pick a writable --work-dir",
+                        stderr_file.display()
+                    ))
+                },
+            )?));
+        Ok(c)
+    }
+
+    fn run_child(&self, home: &Path, plan: &Plan, stderr_file: &Path) -> CliResult<Outcome> {
+        let mut child = self
+            .command(home, stderr_file)?
+            .spawn()
+            .map_err(|e| CliError::failure(format!("cannot start {}: {e}", self.exe.display())))?;
+        let rx = spawn_reader(&mut child);
+        let spawned = Instant::now();
+        let mut lines: Vec<(Instant, String)> = Vec::new();
+        let mut after_handshake = false;
+        let mut count = 0u32;
+        let mut deadline: Option<Instant> = match plan.recovery {
+            Trigger::Delay(d) => Some(spawned + d),
+            _ => None,
+        };
+        let mut killed = false;
+        loop {
+            let now = Instant::now();
+            let wait = deadline.map_or(CHILD_SILENCE_MAX, |d| d.saturating_duration_since(now));
+            match rx.recv_timeout(wait) {
+                Ok((t, line)) => {
+                    let trig = if after_handshake {
+                        &plan.main
+                    } else {
+                        &plan.recovery
+                    };
+                    let body = line.strip_prefix(MARKER).map(str::trim_start);
+                    if let (Trigger::Marker(m, nth), Some(b)) = (trig, body)
+                        && b.starts_with(m)
+                    {
+                        count += 1;
+                        if count == *nth {
+                            sigkill(&child);
+                            killed = true;
+                            lines.push((t, line));
+                            break;
+                        }
+                    }
+                    if !after_handshake && body.is_some_and(|b| b.starts_with("handshake-end")) {
+                        after_handshake = true;
+                        count = 0;
+                        deadline = match plan.main {
+                            Trigger::Delay(d) => Some(t + d),
+                            _ => None,
+                        };
+                    }
+                    lines.push((t, line));
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    sigkill(&child);
+                    if deadline.is_none() {
+                        let _ = child.wait();
+                        return Err(CliError::failure(format!(
+                            "a child `flushpoint sync` printed nothing for {} s; see {}",
+                            CHILD_SILENCE_MAX.as_secs(),
+                            stderr_file.display()
+                        )));
+                    }
+                    killed = true;
+                    break;
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        let status = child
+            .wait()
+            .map_err(|e| CliError::failure(format!("cannot wait for the child: {e}")))?;
+        // Whatever the child printed before it died is in the pipe: read it all.
+        lines.extend(rx.iter());
+        Ok(classify_lines(&lines, killed, status.success()))
+    }
+}
+
+fn classify_lines(lines: &[(Instant, String)], killed: bool, exit_ok: bool) -> Outcome {
+    let mut o = Outcome {
+        killed,
+        exit_ok,
+        ..Outcome::default()
+    };
+    let (mut flush_open, mut rec_begin, mut rec_end, mut done) = (false, None, None, None);
+    for (t, line) in lines {
+        if let Some(b) = line.strip_prefix(MARKER).map(str::trim_start) {
+            if b.starts_with("flush-begin") {
+                flush_open = true;
+            } else if b.starts_with("flush-end") {
+                flush_open = false;
+            } else if b.starts_with("recovery-begin") {
+                rec_begin = Some(*t);
+            } else if let Some(rest) = b.strip_prefix("handshake-end") {
+                rec_end = Some(*t);
+                o.handshake_case = rest
+                    .split_whitespace()
+                    .find_map(|kv| kv.strip_prefix("case="))
+                    .map(str::to_string);
+            } else if b.starts_with("sync-done") {
+                done = Some(*t);
+            }
+        } else if line.starts_with('{') {
+            o.json = serde_json::from_str(line).ok();
+        }
+    }
+    o.in_flush = killed && flush_open;
+    o.in_recovery = killed && rec_begin.is_some() && rec_end.is_none();
+    o.recovery_time = rec_begin.zip(rec_end).map(|(b, e)| e - b);
+    o.run_time = rec_end.zip(done).map(|(b, e)| e - b);
+    o
+}
+
+/// The crash-test's result.
+#[derive(Debug, Serialize)]
+struct CrashReport {
+    seed: u64,
+    blocks: u64,
+    consensus_blocks: u64,
+    profile: &'static str,
+    flush_every: u64,
+    kills: u32,
+    kills_in_flush: u32,
+    kills_in_recovery: u32,
+    kills_other: u32,
+    child_runs: u32,
+    rounds: u32,
+    completed_runs_compared: u32,
+    repairs_by_case: BTreeMap<String, u32>,
+    mismatches: u32,
+    failures: u32,
+    reference: serde_json::Value,
+    elapsed_s: f64,
+}
+
+fn compare(reference: &serde_json::Value, got: &serde_json::Value) -> Option<String> {
+    for k in ["heights", "app_hash"] {
+        if reference.get(k) != got.get(k) {
+            return Some(format!(
+                "{k}: reference {}, crash-tested run {}",
+                reference.get(k).unwrap_or(&serde_json::Value::Null),
+                got.get(k).unwrap_or(&serde_json::Value::Null)
+            ));
+        }
+    }
+    None
+}
+
+/// Runs `flushpoint crash-test`.
+pub fn run(a: &CrashArgs) -> CliResult<()> {
+    if a.blocks == 0 || a.flush_every == 0 {
+        return Err(CliError::usage(
+            "--blocks and --flush-every must be at least 1",
+        ));
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::failure(format!("cannot find the flushpoint binary: {e}")))?;
+    let work = a.work_dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!(
+            "flushpoint-crash-test-{}-{}",
+            std::process::id(),
+            a.seed
+        ))
+    });
+    std::fs::create_dir_all(&work).map_err(|e| {
+        CliError::failure(format!(
+            "cannot create work directory {}: {e}; pass a writable --work-dir",
+            work.display()
+        ))
+    })?;
+    let runner = Runner { exe, args: a };
+    let t0 = Instant::now();
+    let stderr_file = work.join("child-stderr.log");
+    let fail_child = |what: &str| {
+        let tail = std::fs::read_to_string(&stderr_file)
+            .ok()
+            .and_then(|s| s.lines().last().map(str::to_string))
+            .unwrap_or_default();
+        CliError::failure(format!("{what}: {tail}"))
+    };
+
+    // The uncut reference run.
+    let ref_home = work.join("reference");
+    let _ = std::fs::remove_dir_all(&ref_home);
+    let never = Plan {
+        recovery: Trigger::Never,
+        main: Trigger::Never,
+    };
+    let r = runner.run_child(&ref_home, &never, &stderr_file)?;
+    let reference = match (r.exit_ok, r.json) {
+        (true, Some(j)) => j,
+        _ => return Err(fail_child("the reference run failed")),
+    };
+    let _ = std::fs::remove_dir_all(&ref_home);
+    let mut run_est = r.run_time.unwrap_or(Duration::from_millis(200));
+    let mut recovery_est = Duration::from_millis(5);
+    if !a.json {
+        println!(
+            "crash-test: seed {}, chain of {} block-synced + {} consensus blocks (profile {}, a flush point every {} blocks), {} kills",
+            a.seed,
+            a.blocks,
+            a.consensus_blocks,
+            a.profile.name(),
+            a.flush_every,
+            a.kills
+        );
+        println!(
+            "reference (uncut): heights {}, app hash {}, {:.0} ms",
+            reference["heights"],
+            reference["app_hash"].as_str().unwrap_or("?"),
+            run_est.as_secs_f64() * 1000.0
+        );
+    }
+
+    let mut rng = Rng(a.seed ^ 0x00c0_ffee);
+    let mut rep = CrashReport {
+        seed: a.seed,
+        blocks: a.blocks,
+        consensus_blocks: a.consensus_blocks,
+        profile: a.profile.name(),
+        flush_every: a.flush_every,
+        kills: 0,
+        kills_in_flush: 0,
+        kills_in_recovery: 0,
+        kills_other: 0,
+        child_runs: 1,
+        rounds: 0,
+        completed_runs_compared: 0,
+        repairs_by_case: BTreeMap::new(),
+        mismatches: 0,
+        failures: 0,
+        reference: reference.clone(),
+        elapsed_s: 0.0,
+    };
+    let flush_markers = [
+        "flush-write-begin block-store",
+        "flush-write-done block-store",
+        "flush-write-begin state",
+        "flush-write-done state",
+        "flush-write-begin app",
+    ];
+    let expected_flushes = (a.blocks / a.flush_every).max(1);
+    let mut saved_flush_home = false;
+    while rep.kills < a.kills {
+        rep.rounds += 1;
+        let home = work.join(format!("round-{}", rep.rounds));
+        let _ = std::fs::remove_dir_all(&home);
+        let mut prev_in_flush = false;
+        let mut restart = false;
+        let mut runs = 0;
+        loop {
+            runs += 1;
+            if runs > ROUND_RUNS_MAX {
+                return Err(CliError::failure(format!(
+                    "round {} did not complete after {ROUND_RUNS_MAX} runs",
+                    rep.rounds
+                )));
+            }
+            let budget_left = rep.kills < a.kills;
+            let plan = if !budget_left {
+                never.clone()
+            } else {
+                let recovery = if restart && (prev_in_flush || rng.chance(30)) {
+                    if rng.chance(50) {
+                        Trigger::Marker("repair-write-done", 1 + rng.below(2) as u32)
+                    } else {
+                        let us = recovery_est.as_micros() as u64;
+                        Trigger::Delay(Duration::from_micros(rng.below(us.max(1))))
+                    }
+                } else {
+                    Trigger::Never
+                };
+                let main = if rng.chance(70) {
+                    let m = flush_markers[rng.below(flush_markers.len() as u64) as usize];
+                    Trigger::Marker(m, 1 + rng.below(expected_flushes.min(4)) as u32)
+                } else {
+                    let us = run_est.as_micros() as u64;
+                    Trigger::Delay(Duration::from_micros(rng.below(us.max(1))))
+                };
+                Plan { recovery, main }
+            };
+            let o = runner.run_child(&home, &plan, &stderr_file)?;
+            rep.child_runs += 1;
+            if let Some(c) = &o.handshake_case
+                && restart
+            {
+                *rep.repairs_by_case.entry(c.clone()).or_default() += 1;
+            }
+            if let Some(t) = o.recovery_time
+                && o.handshake_case
+                    .as_deref()
+                    .is_some_and(|c| c != "consistent" && c != "fresh")
+            {
+                recovery_est = recovery_est.max(t);
+            }
+            if o.killed {
+                rep.kills += 1;
+                if o.in_flush {
+                    rep.kills_in_flush += 1;
+                    if !saved_flush_home && let Some(dst) = &a.save_flush_kill_home {
+                        copy_home(&home, dst).map_err(|e| {
+                            CliError::failure(format!(
+                                "cannot copy the home to {}: {e}",
+                                dst.display()
+                            ))
+                        })?;
+                        saved_flush_home = true;
+                    }
+                } else if o.in_recovery {
+                    rep.kills_in_recovery += 1;
+                } else {
+                    rep.kills_other += 1;
+                }
+                prev_in_flush = o.in_flush;
+                restart = true;
+                continue;
+            }
+            if !o.exit_ok {
+                rep.failures += 1;
+                let e = fail_child(&format!("round {}: a child run failed", rep.rounds));
+                eprintln!("flushpoint: {}", e.message);
+                break;
+            }
+            if let Some(t) = o.run_time {
+                run_est = run_est.max(t);
+            }
+            match o.json {
+                Some(j) => {
+                    rep.completed_runs_compared += 1;
+                    if let Some(diff) = compare(&reference, &j) {
+                        rep.mismatches += 1;
+                        eprintln!(
+                            "flushpoint: MISMATCH in round {} (seed {}): {diff}; home kept at {}",
+                            rep.rounds,
+                            a.seed,
+                            home.display()
+                        );
+                    }
+                }
+                None => rep.failures += 1,
+            }
+            break;
+        }
+        if rep.mismatches == 0 {
+            let _ = std::fs::remove_dir_all(&home);
+        }
+        if !a.json && !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            eprintln!(
+                "progress: round {} complete, {} kills so far",
+                rep.rounds, rep.kills
+            );
+        }
+    }
+    rep.elapsed_s = t0.elapsed().as_secs_f64();
+    if a.work_dir.is_none() && rep.mismatches == 0 {
+        let _ = std::fs::remove_dir_all(&work);
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string(&rep).unwrap_or_else(|_| "{}".into())
+        );
+    } else {
+        println!(
+            "kills: {} over {} child runs in {} rounds — inside a flush point: {}, during recovery: {}, elsewhere: {}",
+            rep.kills,
+            rep.child_runs,
+            rep.rounds,
+            rep.kills_in_flush,
+            rep.kills_in_recovery,
+            rep.kills_other
+        );
+        let cases: Vec<String> = rep
+            .repairs_by_case
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        println!("restarts by handshake case: {}", cases.join(", "));
+        println!(
+            "completed runs compared with the reference: {}; mismatches: {}; failed runs: {}; {:.1} s",
+            rep.completed_runs_compared, rep.mismatches, rep.failures, rep.elapsed_s
+        );
+        if rep.kills_in_recovery == 0 {
+            println!(
+                "note: no kill landed during recovery in this run (try another --seed or a larger --flush-delay-ms)"
+            );
+        }
+    }
+    if rep.mismatches > 0 || rep.failures > 0 {
+        return Err(CliError::failure(format!(
+            "crash-test failed: {} mismatch(es), {} failed run(s); replay with --seed {}",
+            rep.mismatches, rep.failures, a.seed
+        )));
+    }
+    Ok(())
+}
+
+fn copy_home(src: &Path, dst: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dst)?;
+    for e in std::fs::read_dir(src)? {
+        let e = e?;
+        if e.file_type()?.is_file() {
+            std::fs::copy(e.path(), dst.join(e.file_name()))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,178 @@
+//! `flushpoint inspect`: what a home holds and what the handshake would make of it.
+//!
+//! Invariant: inspect never writes to the databases: it reads through `observe` and
+//! `classify` (pure) and never opens a `Node`. (Opening redb after a crash may run redb's
+//! own file-level recovery; no record changes.)
+
+use std::path::PathBuf;
+
+use clap::Args;
+use flushpoint::{BlockStore, Db, HandshakeCase, Home, classify};
+use serde::Serialize;
+
+use super::sync::{HeightsJson, durable_heights};
+use super::{CliResult, describe, human_bytes};
+
+/// Flags of `flushpoint inspect`.
+#[derive(Debug, Clone, Args)]
+pub struct InspectArgs {
+    /// Home directory [default: $FLUSHPOINT_HOME, else ./flushpoint-home]
+    #[arg(long)]
+    pub home: Option<PathBuf>,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The handshake's verdict.
+#[derive(Debug, Serialize)]
+pub struct Classification {
+    /// `consistent`, `repairable` or `inconsistent`.
+    pub verdict: &'static str,
+    /// The repair case, when repairable (or `consistent` / `fresh`).
+    pub case: Option<&'static str>,
+    /// In words.
+    pub detail: String,
+}
+
+/// What `inspect` prints.
+#[derive(Debug, Serialize)]
+pub struct InspectReport {
+    /// The home.
+    pub home: String,
+    /// Raw heights on disk.
+    pub heights: HeightsJson,
+    /// The block store's base (lowest stored height).
+    pub base: u64,
+    /// The last flush record, `{from, to}`.
+    pub flush_record: Option<flushpoint::FlushRecord>,
+    /// The app hash on disk (hex).
+    pub app_hash: String,
+    /// On-disk size per database.
+    pub disk_size_bytes: std::collections::BTreeMap<&'static str, u64>,
+    /// The handshake's classification.
+    pub classification: Classification,
+}
+
+/// Classifies `o` in words.
+pub fn classification(o: &flushpoint::Observed, has_state: bool) -> Classification {
+    if !has_state {
+        return if o.block_store_height == 0 && o.app_height == 0 {
+            Classification {
+                verdict: "consistent",
+                case: Some("fresh"),
+                detail: "empty home: the first sync saves the genesis state".into(),
+            }
+        } else {
+            Classification {
+                verdict: "inconsistent",
+                case: None,
+                detail: "blocks or app state exist but no state was saved".into(),
+            }
+        };
+    }
+    match classify(o) {
+        Ok(HandshakeCase::Consistent) => Classification {
+            verdict: "consistent",
+            case: Some("consistent"),
+            detail: format!("all three databases at height {}", o.state_height),
+        },
+        Ok(c) => {
+            let how = match c {
+                HandshakeCase::AppBehind => format!(
+                    "the app is behind: the handshake replays blocks {}..={} on the app",
+                    o.app_height + 1,
+                    o.state_height
+                ),
+                HandshakeCase::BlockStoreAhead => format!(
+                    "the block store is one block ahead (a crash after save_block): the handshake applies block {}",
+                    o.block_store_height
+                ),
+                HandshakeCase::StateBehindApp => format!(
+                    "the app committed block {} but the state did not: the handshake rebuilds the state from its saved results",
+                    o.block_store_height
+                ),
+                HandshakeCase::FlushRollForward => format!(
+                    "a crash inside a flush point (after its block-store step): the handshake rolls forward blocks {}..={} from the local block store",
+                    o.state_height + 1,
+                    o.block_store_height
+                ),
+                _ => format!("case {}", c.name()),
+            };
+            Classification {
+                verdict: "repairable",
+                case: Some(c.name()),
+                detail: how,
+            }
+        }
+        Err(reason) => Classification {
+            verdict: "inconsistent",
+            case: None,
+            detail: format!("{reason}; the handshake refuses to start (nothing is changed)"),
+        },
+    }
+}
+
+/// Runs `flushpoint inspect`.
+pub fn run(a: &InspectArgs) -> CliResult<()> {
+    let home_path = super::resolve_home(a.home.as_deref());
+    let err = |e: flushpoint::Error| describe(&e, &home_path);
+    let home = Home::open_existing(&home_path).map_err(err)?;
+    let (heights, observed, state, app_hash) = durable_heights(&home).map_err(err)?;
+    let base = BlockStore::open(home.block_store_db.clone() as std::sync::Arc<dyn Db>)
+        .map_err(err)?
+        .base();
+    let mut disk = std::collections::BTreeMap::new();
+    disk.insert(
+        "block_store",
+        home.block_store_db.disk_size_bytes().map_err(err)?,
+    );
+    disk.insert("state", home.state_db.disk_size_bytes().map_err(err)?);
+    disk.insert("app", home.app_db.disk_size_bytes().map_err(err)?);
+    let report = InspectReport {
+        home: home_path.display().to_string(),
+        heights,
+        base,
+        flush_record: observed.record,
+        app_hash,
+        disk_size_bytes: disk,
+        classification: classification(&observed, state.is_some()),
+    };
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).unwrap_or_else(|_| "{}".into())
+        );
+        return Ok(());
+    }
+    println!("home {}", report.home);
+    println!(
+        "heights: block store {} (base {}), state {}, app {}",
+        heights.block_store, base, heights.state, heights.app
+    );
+    println!(
+        "last flush record: {}",
+        report
+            .flush_record
+            .map_or("none".to_string(), |r| format!(
+                "{r} (blocks {}..={} written by one flush point)",
+                r.from + 1,
+                r.to
+            ))
+    );
+    println!("app hash: {}", report.app_hash);
+    println!(
+        "on disk: block store {}, state {}, app {}",
+        human_bytes(report.disk_size_bytes["block_store"]),
+        human_bytes(report.disk_size_bytes["state"]),
+        human_bytes(report.disk_size_bytes["app"])
+    );
+    let c = &report.classification;
+    println!(
+        "classification: {}{} — {}",
+        c.verdict,
+        c.case.map_or(String::new(), |k| format!(" ({k})")),
+        c.detail
+    );
+    Ok(())
+}

@@ -1,0 +1,241 @@
+//! Argument parsing, dispatch, and the mapping of errors to one-line messages and exit codes.
+//!
+//! Invariant: every failure prints exactly one line on stderr that says what to do, and
+//! exits 1 (2 for usage errors). No command writes to a home it could not lock.
+
+mod crash;
+mod dbwrap;
+mod inspect;
+mod rollback;
+mod sync;
+
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// The home used when neither `--home` nor `FLUSHPOINT_HOME` is given.
+pub const DEFAULT_HOME: &str = "./flushpoint-home";
+/// Environment variable naming the home directory.
+pub const HOME_ENV: &str = "FLUSHPOINT_HOME";
+
+/// Exit code for usage errors (bad flags, impossible requests).
+pub const EXIT_USAGE: i32 = 2;
+/// Exit code for every other failure.
+pub const EXIT_FAILURE: i32 = 1;
+
+/// flushpoint: crash-safe persistence for BFT chain nodes.
+#[derive(Debug, Parser)]
+#[command(name = "flushpoint", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Sync a deterministic synthetic chain into the home (resuming it if it exists), then
+    /// commit some blocks in consensus mode, and print the fsync accounting.
+    Sync(sync::SyncArgs),
+    /// Kill `flushpoint sync` with SIGKILL at random moments, restart it until it completes,
+    /// and check the result equals an uncut run.
+    CrashTest(crash::CrashArgs),
+    /// Show a home's heights, flush record, sizes and the handshake's classification,
+    /// changing nothing.
+    Inspect(inspect::InspectArgs),
+    /// Roll a home's block store and state back to a height.
+    Rollback(rollback::RollbackArgs),
+}
+
+/// Block size profile (mirrors `flushpoint::Profile`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProfileArg {
+    /// ≈ 4 KiB of transactions per block.
+    Light,
+    /// ≈ 1 MiB per block in 64 KiB parts.
+    Heavy,
+    /// Light, with one heavy block in ten.
+    Mixed,
+}
+
+impl ProfileArg {
+    fn profile(self) -> flushpoint::Profile {
+        match self {
+            ProfileArg::Light => flushpoint::Profile::Light,
+            ProfileArg::Heavy => flushpoint::Profile::Heavy,
+            ProfileArg::Mixed => flushpoint::Profile::Mixed,
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            ProfileArg::Light => "light",
+            ProfileArg::Heavy => "heavy",
+            ProfileArg::Mixed => "mixed",
+        }
+    }
+}
+
+/// A failure: the exit code and one line for stderr.
+#[derive(Debug)]
+pub struct CliError {
+    /// Exit code.
+    pub code: i32,
+    /// The message (one line).
+    pub message: String,
+}
+
+impl CliError {
+    /// A usage error (exit 2).
+    pub fn usage(message: impl Into<String>) -> Self {
+        CliError {
+            code: EXIT_USAGE,
+            message: message.into(),
+        }
+    }
+    /// Any other failure (exit 1).
+    pub fn failure(message: impl Into<String>) -> Self {
+        CliError {
+            code: EXIT_FAILURE,
+            message: message.into(),
+        }
+    }
+}
+
+/// Result of a command.
+pub type CliResult<T> = Result<T, CliError>;
+
+/// The home directory: `--home`, else `FLUSHPOINT_HOME`, else [`DEFAULT_HOME`].
+pub fn resolve_home(arg: Option<&Path>) -> PathBuf {
+    if let Some(p) = arg {
+        return p.to_path_buf();
+    }
+    match std::env::var_os(HOME_ENV) {
+        Some(v) if !v.is_empty() => PathBuf::from(v),
+        _ => PathBuf::from(DEFAULT_HOME),
+    }
+}
+
+fn io_hint(e: &std::io::Error) -> Option<&'static str> {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => {
+            Some("the disk is full: free some space and run the command again")
+        }
+        Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM) => {
+            Some("the directory is not writable: pick a writable --home or fix its permissions")
+        }
+        _ => None,
+    }
+}
+
+fn message_hint(msg: &str) -> Option<&'static str> {
+    let m = msg.to_ascii_lowercase();
+    if m.contains("no space left") || m.contains("quota exceeded") {
+        Some(
+            "the disk is full: free some space and rerun; the handshake repairs the home on the next start (nothing durable is lost)",
+        )
+    } else if m.contains("read-only file system") || m.contains("permission denied") {
+        Some("the home is not writable: pick a writable --home or fix its permissions")
+    } else {
+        None
+    }
+}
+
+/// Turns a library error into a one-line message that says what to do.
+pub fn describe(e: &flushpoint::Error, home: &Path) -> CliError {
+    use flushpoint::Error as E;
+    let text = e.to_string().replace('\n', " ");
+    let msg = match e {
+        E::HomeLocked { .. } => format!(
+            "{text} (another `flushpoint` is using {}; wait for it to finish or stop it, then retry)",
+            home.display()
+        ),
+        E::HomeVersion { .. } => text,
+        E::Home { source, .. } => match io_hint(source) {
+            Some(h) => format!("{text}: {h}"),
+            None => text,
+        },
+        E::Inconsistent { .. } => format!(
+            "{text}; run `flushpoint inspect --home {}` for details; restore the home from a backup or sync a new one",
+            home.display()
+        ),
+        E::Poisoned { .. } | E::Storage { .. } => match message_hint(&text) {
+            Some(h) => format!("{text}: {h}"),
+            None => format!(
+                "{text}; rerun the command: the start-up handshake checks and repairs the home"
+            ),
+        },
+        _ => text,
+    };
+    CliError::failure(msg)
+}
+
+/// Parses the arguments, runs the command, prints a failure, returns the exit code.
+pub fn run() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                let _ = e.print();
+                return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                    EXIT_USAGE
+                } else {
+                    0
+                };
+            }
+            let rendered = e.to_string();
+            let first = rendered
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("bad arguments");
+            eprintln!("{first} (see `flushpoint --help`)");
+            return EXIT_USAGE;
+        }
+    };
+    let result = match cli.command {
+        Command::Sync(a) => sync::run(&a),
+        Command::CrashTest(a) => crash::run(&a),
+        Command::Inspect(a) => inspect::run(&a),
+        Command::Rollback(a) => rollback::run(&a),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("flushpoint: {}", e.message.replace('\n', " "));
+            e.code
+        }
+    }
+}
+
+/// Bytes as a short human string (KiB, MiB, GiB).
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// Peak resident set size of this process (`VmHWM` in /proc/self/status), in bytes.
+pub fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}

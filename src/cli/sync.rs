@@ -1,0 +1,626 @@
+//! `flushpoint sync`: opens (or creates) a home, runs the handshake, block-syncs the
+//! synthetic chain to height N with the chosen write mode, commits M blocks in consensus
+//! mode, stops cleanly and prints the accounting.
+//!
+//! Invariant: the chain is a pure function of the seed, the profile and the state, so a run
+//! interrupted at any point and resumed with the same flags ends at height N + M with the
+//! same app hash as an uninterrupted one.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use flushpoint::{
+    BackendCounters, BlockStore, ChainSpec, CountingDb, Db, FlushPolicy, HandshakeCase,
+    HandshakeReport, HoldingDb, Home, KvApp, Mode, NoEvents, Node, Observed, StateStore,
+    SyncCounters, SyncCounts,
+};
+use serde::Serialize;
+
+use super::dbwrap::{CliDb, Phase, Probe, Which};
+use super::{CliError, CliResult, ProfileArg, describe, human_bytes, peak_rss_bytes};
+
+/// How plain progress lines are spaced when stderr is not a terminal.
+const PLAIN_PROGRESS_INTERVAL: Duration = Duration::from_secs(2);
+
+/// How blocks are written during the block-sync part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// Writes held in memory and written at flush points (flushpoint's block sync).
+    Deferred,
+    /// Each block written as it comes: 1 + 3 synced batches (the consensus path).
+    PerBlock,
+    /// The reference node's old path: 5 synced batches per block.
+    Legacy,
+    /// Deferred, with every write downgraded to unsynced: the floor, not crash-safe.
+    NoSync,
+}
+
+impl ModeArg {
+    fn name(self) -> &'static str {
+        match self {
+            ModeArg::Deferred => "deferred",
+            ModeArg::PerBlock => "per-block",
+            ModeArg::Legacy => "legacy",
+            ModeArg::NoSync => "no-sync",
+        }
+    }
+}
+
+/// Flags of `flushpoint sync`.
+#[derive(Debug, Clone, Args)]
+pub struct SyncArgs {
+    /// Home directory [default: $FLUSHPOINT_HOME, else ./flushpoint-home]
+    #[arg(long)]
+    pub home: Option<PathBuf>,
+    /// Length of the block-synced part of the chain (heights 1..=N).
+    #[arg(long, default_value_t = 3000)]
+    pub blocks: u64,
+    /// Blocks committed in consensus mode after the block-synced part (the run ends at N+M).
+    #[arg(long, default_value_t = 20)]
+    pub consensus_blocks: u64,
+    /// Block sizes.
+    #[arg(long, value_enum, default_value_t = ProfileArg::Light)]
+    pub profile: ProfileArg,
+    /// How the block-synced part is written.
+    #[arg(long, value_enum, default_value_t = ModeArg::Deferred)]
+    pub mode: ModeArg,
+    /// Seed of the synthetic chain.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print one JSON object instead of the human summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Test knob: also take a flush point every this many blocks (crash-test uses it).
+    #[arg(long, hide = true)]
+    pub flush_every: Option<u64>,
+}
+
+/// Counters of one database.
+struct Meter {
+    sync: Arc<SyncCounters>,
+    backend: Arc<BackendCounters>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Snap {
+    counts: SyncCounts,
+    sync_data: u64,
+}
+
+impl Meter {
+    fn snap(&self) -> Snap {
+        Snap {
+            counts: self.sync.snapshot(),
+            sync_data: self.backend.snapshot().sync_data_calls,
+        }
+    }
+}
+
+fn snap3(m: &[Meter; 3]) -> [Snap; 3] {
+    [m[0].snap(), m[1].snap(), m[2].snap()]
+}
+
+fn synced(s: &[Snap; 3]) -> u64 {
+    s.iter().map(|x| x.counts.synced_batches).sum()
+}
+
+/// Per-database figures of a run.
+#[derive(Debug, Serialize)]
+pub struct DbSummary {
+    /// Batches written `Synced` (each one fsync-backed commit).
+    pub synced_batches: u64,
+    /// Batches written `Buffered`.
+    pub buffered_batches: u64,
+    /// Real `sync_data` calls redb made on the file.
+    pub sync_data_calls: u64,
+    /// Key and value bytes written.
+    pub bytes_written: u64,
+    /// The file's size on disk at the end.
+    pub disk_size_bytes: u64,
+}
+
+/// The three databases' figures, in flush order.
+#[derive(Debug, Serialize)]
+pub struct Databases {
+    /// The block store.
+    pub block_store: DbSummary,
+    /// The state store.
+    pub state: DbSummary,
+    /// The app's database.
+    pub app: DbSummary,
+}
+
+/// Synced batches per block.
+#[derive(Debug, Serialize)]
+pub struct FsyncsPerBlock {
+    /// Over the three databases, during the block-sync part (its flush points included).
+    pub block_sync: f64,
+    /// Over the three databases, during the consensus part.
+    pub consensus: f64,
+    /// Real `sync_data` calls per block over the whole run.
+    pub sync_data_overall: f64,
+}
+
+/// The three heights.
+#[derive(Debug, Serialize, Clone, Copy, PartialEq, Eq)]
+pub struct HeightsJson {
+    /// Block store height.
+    pub block_store: u64,
+    /// State height.
+    pub state: u64,
+    /// App height.
+    pub app: u64,
+}
+
+/// What the start-up handshake found and did.
+#[derive(Debug, Serialize)]
+pub struct HandshakeJson {
+    /// Case name.
+    pub case: &'static str,
+    /// What it observed.
+    pub observed: Observed,
+    /// Blocks replayed on the app only.
+    pub app_replayed: u64,
+    /// Blocks applied to app and state.
+    pub applied: u64,
+    /// The height afterwards.
+    pub height: u64,
+}
+
+/// The summary `sync` prints (`--json`: this object).
+#[derive(Debug, Serialize)]
+pub struct SyncSummary {
+    /// The home directory.
+    pub home: String,
+    /// Chain seed.
+    pub seed: u64,
+    /// Profile.
+    pub profile: &'static str,
+    /// Mode of the block-sync part.
+    pub mode: &'static str,
+    /// True for `--mode no-sync`: nothing was synced; a floor, not a crash-safe result.
+    pub floor_only: bool,
+    /// The height the run ends at (N + M).
+    pub target_height: u64,
+    /// Blocks applied by this run (block sync + consensus; not the handshake's).
+    pub blocks: u64,
+    /// Of which block-synced.
+    pub block_sync_blocks: u64,
+    /// Of which committed in consensus mode.
+    pub consensus_blocks: u64,
+    /// Wall time of the run after the handshake, in seconds.
+    pub elapsed_s: f64,
+    /// Blocks per second over the run.
+    pub blocks_per_s: f64,
+    /// Milliseconds per block over the run.
+    pub ms_per_block: f64,
+    /// Blocks per second during the block-sync part.
+    pub block_sync_blocks_per_s: f64,
+    /// Synced batches (and real syncs) per block.
+    pub fsyncs_per_block: FsyncsPerBlock,
+    /// Flush points taken.
+    pub flush_points: u64,
+    /// Key and value bytes written, over the three databases.
+    pub bytes_written: u64,
+    /// Per database.
+    pub databases: Databases,
+    /// Most bytes one database held at once.
+    pub peak_held_bytes: u64,
+    /// Peak resident set size of the process.
+    pub peak_rss_bytes: u64,
+    /// Final heights, read back from disk after the clean stop.
+    pub heights: HeightsJson,
+    /// Final app hash (hex).
+    pub app_hash: String,
+    /// The start-up handshake.
+    pub handshake: HandshakeJson,
+}
+
+/// Reads the durable heights of an open home without writing.
+pub fn durable_heights(
+    home: &Home,
+) -> flushpoint::Result<(HeightsJson, Observed, Option<flushpoint::State>, String)> {
+    let bs = BlockStore::open(home.block_store_db.clone() as Arc<dyn Db>)?;
+    let st = StateStore::open(home.state_db.clone() as Arc<dyn Db>);
+    let app = KvApp::open(Arc::new(HoldingDb::new(home.app_db.clone() as Arc<dyn Db>)))?;
+    let (state, o) = flushpoint::observe(&bs, &st, &app)?;
+    let hash = flushpoint::hex(&flushpoint::App::durable(&app)?.app_hash);
+    Ok((
+        HeightsJson {
+            block_store: bs.height(),
+            state: o.state_height,
+            app: flushpoint::App::durable(&app)?.height,
+        },
+        o,
+        state,
+        hash,
+    ))
+}
+
+/// Describes what the handshake found and did, in one line.
+pub fn handshake_text(r: &HandshakeReport) -> String {
+    let o = &r.observed;
+    let seen = format!(
+        "block store {}, state {}, app {}, flush record {}",
+        o.block_store_height,
+        o.state_height,
+        o.app_height,
+        o.record.map_or("none".to_string(), |r| r.to_string())
+    );
+    let did = match r.case {
+        HandshakeCase::Fresh => "a new home: saved the genesis state".to_string(),
+        HandshakeCase::Consistent => format!("consistent at height {}: nothing to repair", r.height),
+        HandshakeCase::AppBehind => format!(
+            "the app was behind: replayed {} block(s) on the app",
+            r.app_replayed
+        ),
+        HandshakeCase::BlockStoreAhead => format!(
+            "the block store was one block ahead: replayed {} block(s) on the app, applied {}",
+            r.app_replayed, r.applied
+        ),
+        HandshakeCase::StateBehindApp => {
+            "the app had committed a block the state had not: rebuilt the state from its saved results".to_string()
+        }
+        HandshakeCase::FlushRollForward => format!(
+            "a crash inside a flush point: rolled forward {} block(s) from the local block store (app replayed {})",
+            r.applied, r.app_replayed
+        ),
+        _ => format!("case {}", r.case.name()),
+    };
+    format!("handshake: {} ({seen}) — {did}; now at height {}", r.case.name(), r.height)
+}
+
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    last_line: Instant,
+    start: Instant,
+    quiet: bool,
+}
+
+impl Progress {
+    fn new(from: u64, to: u64, quiet: bool) -> Self {
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+            let b = indicatif::ProgressBar::new(to);
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} [{bar:40}] {pos}/{len} blocks  {per_sec}  eta {eta}  {msg}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            b.set_position(from);
+            b
+        });
+        Progress {
+            bar,
+            last_line: Instant::now(),
+            start: Instant::now(),
+            quiet,
+        }
+    }
+
+    fn update(&mut self, height: u64, target: u64, phase: &str, flushes: u64) {
+        if let Some(b) = &self.bar {
+            b.set_position(height);
+            b.set_message(format!("{phase}, {flushes} flush points"));
+        } else if !self.quiet && self.last_line.elapsed() >= PLAIN_PROGRESS_INTERVAL {
+            self.last_line = Instant::now();
+            eprintln!(
+                "progress: height {height}/{target} ({phase}), {flushes} flush points, {:.1} s",
+                self.start.elapsed().as_secs_f64()
+            );
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+fn meter(db: &CountingDb<Arc<dyn Db>>, backend: Arc<BackendCounters>) -> Meter {
+    Meter {
+        sync: db.counters(),
+        backend,
+    }
+}
+
+/// Runs `flushpoint sync`.
+pub fn run(a: &SyncArgs) -> CliResult<()> {
+    let home_path = super::resolve_home(a.home.as_deref());
+    if a.blocks == 0 {
+        return Err(CliError::usage(
+            "--blocks must be at least 1 (the block-synced part cannot be empty)",
+        ));
+    }
+    if a.flush_every == Some(0) {
+        return Err(CliError::usage("--flush-every must be at least 1"));
+    }
+    let err = |e: flushpoint::Error| describe(&e, &home_path);
+    let probe = Probe::from_env();
+    if let Some(p) = &probe {
+        p.mark("recovery-begin");
+    }
+    let home = Home::open(&home_path).map_err(err)?;
+    let spec = ChainSpec::new(a.seed, a.profile.profile());
+    let no_sync = a.mode == ModeArg::NoSync;
+
+    let wrap = |db: Arc<flushpoint::RedbDb>, which: Which| {
+        let backend = db.backend_counters();
+        let counting = Arc::new(CountingDb::new(db as Arc<dyn Db>));
+        let m = meter(&counting, backend);
+        let cli: Arc<dyn Db> = Arc::new(CliDb::new(
+            counting as Arc<dyn Db>,
+            which,
+            no_sync,
+            probe.clone(),
+        ));
+        (cli, m)
+    };
+    let (bs_db, bs_m) = wrap(home.block_store_db.clone(), Which::BlockStore);
+    let (st_db, st_m) = wrap(home.state_db.clone(), Which::State);
+    let (app_db, app_m) = wrap(home.app_db.clone(), Which::App);
+    let meters = [bs_m, st_m, app_m];
+
+    let app = KvApp::open(Arc::new(HoldingDb::new(app_db))).map_err(err)?;
+    let (mut node, report) = Node::open(
+        bs_db,
+        st_db,
+        Box::new(app),
+        &spec.genesis(),
+        Box::new(NoEvents),
+    )
+    .map_err(err)?;
+    if let Some(p) = &probe {
+        p.mark(&format!(
+            "handshake-end case={} applied={} app_replayed={} height={}",
+            report.case.name(),
+            report.applied,
+            report.app_replayed,
+            report.height
+        ));
+    }
+
+    let target_sync = spec.initial_height - 1 + a.blocks;
+    let target = target_sync + a.consensus_blocks;
+    if !a.json {
+        println!(
+            "flushpoint sync: home {}, chain seed {}, profile {}, mode {}",
+            home_path.display(),
+            a.seed,
+            a.profile.name(),
+            a.mode.name()
+        );
+        println!("{}", handshake_text(&report));
+        println!(
+            "target: {} block-synced + {} consensus blocks = height {target}",
+            a.blocks, a.consensus_blocks
+        );
+        if no_sync {
+            println!(
+                "note: --mode no-sync syncs nothing; it measures the floor and is NOT crash-safe"
+            );
+        }
+    }
+    if node.height() > target {
+        return Err(CliError::usage(format!(
+            "home {} is at height {}, above this run's target {target}: use larger --blocks/--consensus-blocks, or `flushpoint rollback`",
+            home_path.display(),
+            node.height()
+        )));
+    }
+
+    let start_height = node.height();
+    let s0 = snap3(&meters);
+    let t0 = Instant::now();
+    let mut progress = Progress::new(start_height, target, a.json);
+
+    // Part 1: the block-synced part, up to N.
+    let mut policy = FlushPolicy::default();
+    if let Some(n) = a.flush_every {
+        policy.window_blocks_max = Some(n);
+    }
+    let per_block = match a.mode {
+        ModeArg::Deferred | ModeArg::NoSync => None,
+        ModeArg::PerBlock => Some(Mode::Consensus),
+        ModeArg::Legacy => Some(Mode::Legacy),
+    };
+    if let Some(m) = per_block {
+        node.set_per_block_mode(m).map_err(err)?;
+    } else if node.height() < target_sync {
+        if let Some(p) = &probe {
+            p.set_phase(Phase::BlockSync);
+        }
+        node.start_block_sync(policy, Instant::now())
+            .map_err(err)?;
+    }
+    while node.height() < target_sync {
+        let (b, parts, c) = spec.next_block(node.state());
+        if per_block.is_some() {
+            node.commit_block(&b, &parts, &c).map_err(err)?;
+        } else {
+            let now = Instant::now();
+            node.sync_block(&b, &parts, &c, now).map_err(err)?;
+            node.on_timer(now).map_err(err)?;
+        }
+        progress.update(
+            node.height(),
+            target,
+            "block sync",
+            node.deferred().flush_points,
+        );
+    }
+    node.switch_to_consensus(Instant::now()).map_err(err)?;
+    if let Some(p) = &probe {
+        p.set_phase(Phase::Consensus);
+    }
+    node.set_per_block_mode(Mode::Consensus).map_err(err)?;
+    let t1 = Instant::now();
+    let h1 = node.height();
+    let s1 = snap3(&meters);
+
+    // Part 2: consensus, up to N + M.
+    while node.height() < target {
+        let (b, parts, c) = spec.next_block(node.state());
+        node.commit_block(&b, &parts, &c).map_err(err)?;
+        progress.update(
+            node.height(),
+            target,
+            "consensus",
+            node.deferred().flush_points,
+        );
+    }
+    let s2 = snap3(&meters);
+    let flush_points = node.deferred().flush_points;
+    let peak_held_bytes = node.deferred().peak_held_bytes;
+    node.stop(Instant::now()).map_err(err)?;
+    let elapsed = t0.elapsed();
+    progress.finish();
+    let s3 = snap3(&meters);
+    if let Some(p) = &probe {
+        p.mark("sync-done");
+    }
+
+    let (heights, _, _, app_hash) = durable_heights(&home).map_err(err)?;
+    let sync_blocks = h1 - start_height;
+    let cons_blocks = target - h1;
+    let blocks = sync_blocks + cons_blocks;
+    let per = |n: u64, d: u64| if d == 0 { 0.0 } else { n as f64 / d as f64 };
+    let mut dbs = Vec::with_capacity(3);
+    let mut bytes_written = 0;
+    let mut sync_data = 0;
+    for i in 0..3 {
+        let d = s3[i].counts - s0[i].counts;
+        let sd = s3[i].sync_data - s0[i].sync_data;
+        bytes_written += d.bytes_written;
+        sync_data += sd;
+        let disk = [&home.block_store_db, &home.state_db, &home.app_db][i]
+            .disk_size_bytes()
+            .map_err(err)?;
+        dbs.push(DbSummary {
+            synced_batches: d.synced_batches,
+            buffered_batches: d.buffered_batches,
+            sync_data_calls: sd,
+            bytes_written: d.bytes_written,
+            disk_size_bytes: disk,
+        });
+    }
+    let mut dbs = dbs.into_iter();
+    let mut next_db = || dbs.next().expect("three databases");
+    let databases = Databases {
+        block_store: next_db(),
+        state: next_db(),
+        app: next_db(),
+    };
+    let secs = elapsed.as_secs_f64();
+    let sync_secs = t1.saturating_duration_since(t0).as_secs_f64();
+    let summary = SyncSummary {
+        home: home_path.display().to_string(),
+        seed: a.seed,
+        profile: a.profile.name(),
+        mode: a.mode.name(),
+        floor_only: no_sync,
+        target_height: target,
+        blocks,
+        block_sync_blocks: sync_blocks,
+        consensus_blocks: cons_blocks,
+        elapsed_s: secs,
+        blocks_per_s: if secs > 0.0 { blocks as f64 / secs } else { 0.0 },
+        ms_per_block: if blocks == 0 {
+            0.0
+        } else {
+            secs * 1000.0 / blocks as f64
+        },
+        block_sync_blocks_per_s: if sync_secs > 0.0 {
+            sync_blocks as f64 / sync_secs
+        } else {
+            0.0
+        },
+        fsyncs_per_block: FsyncsPerBlock {
+            block_sync: per(synced(&s1) - synced(&s0), sync_blocks),
+            consensus: per(synced(&s2) - synced(&s1), cons_blocks),
+            sync_data_overall: per(sync_data, blocks),
+        },
+        flush_points,
+        bytes_written,
+        databases,
+        peak_held_bytes,
+        peak_rss_bytes: peak_rss_bytes(),
+        heights,
+        app_hash,
+        handshake: HandshakeJson {
+            case: report.case.name(),
+            observed: report.observed,
+            app_replayed: report.app_replayed,
+            applied: report.applied,
+            height: report.height,
+        },
+    };
+    drop(home);
+    if a.json {
+        let line = serde_json::to_string(&summary)
+            .map_err(|e| CliError::failure(format!("cannot render the summary: {e}")))?;
+        println!("{line}");
+    } else {
+        print_human(&summary);
+    }
+    Ok(())
+}
+
+fn print_human(s: &SyncSummary) {
+    println!(
+        "done: {} blocks in {:.2} s — {:.0} blocks/s, {:.3} ms/block (block sync {} blocks at {:.0} blocks/s, consensus {} blocks)",
+        s.blocks,
+        s.elapsed_s,
+        s.blocks_per_s,
+        s.ms_per_block,
+        s.block_sync_blocks,
+        s.block_sync_blocks_per_s,
+        s.consensus_blocks
+    );
+    println!(
+        "fsyncs per block: block sync {:.4} synced batches, consensus {:.2}; real sync_data calls {:.4} per block overall",
+        s.fsyncs_per_block.block_sync,
+        s.fsyncs_per_block.consensus,
+        s.fsyncs_per_block.sync_data_overall
+    );
+    println!(
+        "flush points: {}; bytes written: {}; peak held: {}; peak RSS: {}",
+        s.flush_points,
+        human_bytes(s.bytes_written),
+        human_bytes(s.peak_held_bytes),
+        human_bytes(s.peak_rss_bytes)
+    );
+    println!(
+        "  {:<12} {:>8} {:>9} {:>10} {:>14} {:>12}",
+        "database", "synced", "buffered", "sync_data", "bytes written", "on disk"
+    );
+    let d3 = [
+        ("block store", &s.databases.block_store),
+        ("state", &s.databases.state),
+        ("app", &s.databases.app),
+    ];
+    for (name, d) in d3 {
+        println!(
+            "  {:<12} {:>8} {:>9} {:>10} {:>14} {:>12}",
+            name,
+            d.synced_batches,
+            d.buffered_batches,
+            d.sync_data_calls,
+            human_bytes(d.bytes_written),
+            human_bytes(d.disk_size_bytes)
+        );
+    }
+    println!(
+        "heights: block store {}, state {}, app {}",
+        s.heights.block_store, s.heights.state, s.heights.app
+    );
+    println!("app hash: {}", s.app_hash);
+    if s.floor_only {
+        println!("note: no-sync run — a floor measurement, nothing here survives a power cut");
+    }
+}
