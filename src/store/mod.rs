@@ -30,26 +30,36 @@ pub(crate) fn get_record<T: Record>(db: &dyn Db, key: &[u8]) -> Result<Option<T>
 }
 
 /// A poison latch: the first failed write's cause, reported by every later call.
+/// The flag is an atomic so the check on every read costs one load, not a lock.
 #[derive(Debug, Default)]
-pub(crate) struct Poison(std::sync::Mutex<Option<String>>);
+pub(crate) struct Poison {
+    set: std::sync::atomic::AtomicBool,
+    cause: std::sync::Mutex<Option<String>>,
+}
 
 impl Poison {
     pub(crate) fn check(&self, db: &str) -> Result<()> {
-        match &*self.0.lock().expect("poison lock") {
-            Some(cause) => Err(Error::Poisoned {
-                db: db.to_string(),
-                cause: cause.clone(),
-            }),
-            None => Ok(()),
+        if !self.set.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
         }
+        Err(Error::Poisoned {
+            db: db.to_string(),
+            cause: self
+                .cause
+                .lock()
+                .expect("poison lock")
+                .clone()
+                .unwrap_or_default(),
+        })
     }
     pub(crate) fn set(&self, cause: &Error) {
-        let mut p = self.0.lock().expect("poison lock");
+        let mut p = self.cause.lock().expect("poison lock");
         if p.is_none() {
             *p = Some(cause.to_string());
         }
+        self.set.store(true, std::sync::atomic::Ordering::Release);
     }
     pub(crate) fn is_set(&self) -> bool {
-        self.0.lock().expect("poison lock").is_some()
+        self.set.load(std::sync::atomic::Ordering::Acquire)
     }
 }
