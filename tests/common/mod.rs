@@ -5,6 +5,8 @@
 //! Each test crate uses a different subset, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
+pub mod disk;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
