@@ -307,9 +307,9 @@ impl Node {
         self.apply(&block)
     }
 
-    /// Checks `block` against the state, executes it, saves results, commits the app and
-    /// saves the state — in that order (results before the app commits; state after).
-    fn apply(&mut self, block: &Block) -> Result<Vec<Event>> {
+    /// Checks that `block` follows the state. Bad blocks are refused before anything is
+    /// written, so they never poison the node.
+    fn validate(&self, block: &Block) -> Result<()> {
         let h = block.height();
         let s = &self.state;
         let bad = |reason: &str| {
@@ -336,6 +336,17 @@ impl Node {
         if block.header.last_results_hash != s.last_results_hash {
             return bad("last results hash differs");
         }
+        if block.header.data_hash != Block::data_hash_of(&block.txs) {
+            return bad("data hash does not match the transactions");
+        }
+        Ok(())
+    }
+
+    /// Checks `block` against the state, executes it, saves results, commits the app and
+    /// saves the state — in that order (results before the app commits; state after).
+    fn apply(&mut self, block: &Block) -> Result<Vec<Event>> {
+        self.validate(block)?;
+        let h = block.height();
         let results = self.app.execute_block(block)?;
         // The results must be saved before the app commits: a crash after the commit rebuilds
         // the state from them (StateBehindApp).
@@ -415,8 +426,7 @@ impl Node {
         if self.mode != Mode::BlockSync {
             return Err(Error::InvalidInput("sync_block outside block sync".into()));
         }
-        let r = self.block_store.save_block(block, parts, seen_commit);
-        self.poisoned(r)?;
+        self.save_checked(block, parts, seen_commit)?;
         let r = self.apply(block);
         let events = self.poisoned(r)?;
         self.deferred.held_events.push(events);
@@ -426,6 +436,16 @@ impl Node {
             .peak_held_bytes
             .max(held.into_iter().max().unwrap_or(0));
         self.maybe_flush(now)
+    }
+
+    /// Validates `block`, then saves it. A refused block (bad header, gap, incomplete parts)
+    /// writes nothing and leaves the node usable; a failed write poisons it.
+    fn save_checked(&mut self, block: &Block, parts: &PartSet, seen_commit: &Commit) -> Result<()> {
+        self.validate(block)?;
+        match self.block_store.save_block(block, parts, seen_commit) {
+            Err(e) if self.block_store.is_poisoned() => self.poisoned(Err(e)),
+            r => r,
+        }
     }
 
     fn held_bytes(&self) -> [u64; 3] {
