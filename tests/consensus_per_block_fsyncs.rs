@@ -45,13 +45,21 @@ fn per_block_synced(mode: Mode) -> [u64; 3] {
         node.commit_block(&b, &p, &cm).unwrap();
         let after = counts(&c);
         let d = [0, 1, 2].map(|i| after[i] - before[i]);
-        assert!(d.iter().all(|d| d.buffered_batches == 0 && d.failed_batches == 0));
+        assert!(
+            d.iter()
+                .all(|d| d.buffered_batches == 0 && d.failed_batches == 0)
+        );
         let synced = d.map(|d| d.synced_batches);
         let want = match mode {
             Mode::Legacy => [2, 2, 1],
             _ => [1, 2, 1],
         };
-        assert_eq!(synced, want, "{mode:?} block {}: synced batches per database", b.height());
+        assert_eq!(
+            synced,
+            want,
+            "{mode:?} block {}: synced batches per database",
+            b.height()
+        );
     }
     [0, 1, 2].map(|i| c[i].counts().synced_batches)
 }
@@ -86,7 +94,10 @@ fn block_sync_costs_no_synced_batch_per_block_and_one_per_database_per_flush_poi
     for _ in 0..BLOCKS {
         let before = counts(&c);
         let (b, p, cm) = spec.next_block(node.state());
-        let flushed = node.sync_block(&b, &p, &cm, Instant::now()).unwrap().is_some();
+        let flushed = node
+            .sync_block(&b, &p, &cm, Instant::now())
+            .unwrap()
+            .is_some();
         let after = counts(&c);
         let synced = [0, 1, 2].map(|i| (after[i] - before[i]).synced_batches);
         assert_eq!(synced, if flushed { [1, 1, 1] } else { [0, 0, 0] });
@@ -129,7 +140,10 @@ fn redb_sync_data_matches_synced_batches_per_block_and_per_flush_point() {
         let d = [0, 1, 2].map(|i| after[i] - before[i]);
         let syncs = d.map(|d| d.sync_data_calls);
         let growth = d.map(|d| d.set_len_calls);
-        println!("consensus block {}: sync_data {syncs:?}, set_len {growth:?}", b.height());
+        println!(
+            "consensus block {}: sync_data {syncs:?}, set_len {growth:?}",
+            b.height()
+        );
         for (i, want) in [1u64, 2, 1].into_iter().enumerate() {
             assert!(
                 syncs[i] >= want && syncs[i] <= want + growth[i],
@@ -142,7 +156,10 @@ fn redb_sync_data_matches_synced_batches_per_block_and_per_flush_point() {
             exact_blocks += 1;
         }
     }
-    assert!(exact_blocks > 0, "most blocks need no growth: exactly 1 + 2 + 1 sync_data");
+    assert!(
+        exact_blocks > 0,
+        "most blocks need no growth: exactly 1 + 2 + 1 sync_data"
+    );
     println!("consensus: {exact_blocks}/{BLOCKS} blocks with exactly [1, 2, 1] sync_data");
     node.start_block_sync(
         FlushPolicy {
@@ -157,16 +174,25 @@ fn redb_sync_data_matches_synced_batches_per_block_and_per_flush_point() {
     for _ in 0..30 {
         let before = backend(&r);
         let (b, p, cm) = spec.next_block(node.state());
-        let flushed = node.sync_block(&b, &p, &cm, Instant::now()).unwrap().is_some();
+        let flushed = node
+            .sync_block(&b, &p, &cm, Instant::now())
+            .unwrap()
+            .is_some();
         let after = backend(&r);
         let d = [0, 1, 2].map(|i| after[i] - before[i]);
         let syncs = d.map(|d| d.sync_data_calls);
         let growth = d.map(|d| d.set_len_calls);
         if flushed {
             flush_points += 1;
-            println!("flush point at {}: sync_data {syncs:?}, set_len {growth:?}", b.height());
+            println!(
+                "flush point at {}: sync_data {syncs:?}, set_len {growth:?}",
+                b.height()
+            );
             for i in 0..3 {
-                assert!(syncs[i] >= 1 && syncs[i] <= 1 + growth[i], "db {i}: {syncs:?}");
+                assert!(
+                    syncs[i] >= 1 && syncs[i] <= 1 + growth[i],
+                    "db {i}: {syncs:?}"
+                );
             }
         } else {
             assert_eq!(syncs, [0, 0, 0], "a held block costs no sync_data");

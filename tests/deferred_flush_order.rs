@@ -79,7 +79,11 @@ fn sync_window(r: &mut Rig, spec: &ChainSpec) -> (usize, flushpoint::Result<()>)
         let (b, p, c) = spec.next_block(r.node.state());
         match r.node.sync_block(&b, &p, &c, now) {
             Ok(rep) => {
-                assert_eq!(rep.is_some(), i == WINDOW - 1, "a flush point ends the window only");
+                assert_eq!(
+                    rep.is_some(),
+                    i == WINDOW - 1,
+                    "a flush point ends the window only"
+                );
                 if let Some(rep) = rep {
                     assert_eq!(rep.trigger, FlushTrigger::WindowBlocks);
                 }
@@ -121,9 +125,15 @@ fn flush_point_writes_block_store_then_state_then_app_one_synced_batch_each() {
         );
         let (from, to) = (window * WINDOW, (window + 1) * WINDOW);
         let bs = &recs[0].batch;
-        assert!(has_key(bs, &keys::singleton(keys::FLUSH_RECORD)), "the flush record (0x07)");
+        assert!(
+            has_key(bs, &keys::singleton(keys::FLUSH_RECORD)),
+            "the flush record (0x07)"
+        );
         for h in from + 1..=to {
-            assert!(has_key(bs, &keys::height_key(keys::BLOCK_META, h)), "block {h}");
+            assert!(
+                has_key(bs, &keys::height_key(keys::BLOCK_META, h)),
+                "block {h}"
+            );
         }
         assert!(!has_key(bs, &keys::height_key(keys::BLOCK_META, to + 1)));
         if from > 0 {
@@ -168,7 +178,10 @@ fn fail_at_step(step: usize) {
     r.node.start_block_sync(policy(), Instant::now()).unwrap();
     let (start, res) = sync_window(&mut r, &spec);
     let err = res.expect_err("the injected failure surfaces from the flush point");
-    assert!(!matches!(err, Error::Poisoned { .. }), "the cause is reported first: {err}");
+    assert!(
+        !matches!(err, Error::Poisoned { .. }),
+        "the cause is reported first: {err}"
+    );
     assert_eq!(r.dbs[step].inner().failures(), 1, "the fault fired, once");
     let written: Vec<_> = r.log.records()[start..]
         .iter()
@@ -180,7 +193,10 @@ fn fail_at_step(step: usize) {
         "steps before {} were written; it and every later step were not",
         NAMES[step]
     );
-    assert!(r.fired.lock().unwrap().is_empty(), "no event of the window fired");
+    assert!(
+        r.fired.lock().unwrap().is_empty(),
+        "no event of the window fired"
+    );
     // Poisoned: the next block is refused and nothing more is written anywhere.
     let (b, p, c) = spec.next_block(r.node.state());
     let len = r.log.len();
@@ -188,7 +204,10 @@ fn fail_at_step(step: usize) {
         r.node.sync_block(&b, &p, &c, Instant::now()),
         Err(Error::Poisoned { .. })
     ));
-    assert!(matches!(r.node.on_timer(Instant::now()), Err(Error::Poisoned { .. })));
+    assert!(matches!(
+        r.node.on_timer(Instant::now()),
+        Err(Error::Poisoned { .. })
+    ));
     assert!(matches!(
         r.node.flush_point(FlushTrigger::Stop, Instant::now()),
         Err(Error::Poisoned { .. })
@@ -243,10 +262,15 @@ fn events_fire_in_block_order_only_after_the_app_batch_at_most_once() {
             .map(|(e, _)| e.height)
             .collect();
         let want: Vec<u64> = (window * WINDOW + 1..=(window + 1) * WINDOW).collect();
-        assert_eq!(blocks, want, "one NewBlock per block of the window, none of earlier ones");
+        assert_eq!(
+            blocks, want,
+            "one NewBlock per block of the window, none of earlier ones"
+        );
     }
     // A flush point with nothing held and a clean stop fire nothing again.
-    r.node.flush_point(FlushTrigger::Stop, Instant::now()).unwrap();
+    r.node
+        .flush_point(FlushTrigger::Stop, Instant::now())
+        .unwrap();
     let fired = r.fired.lock().unwrap().clone();
     let mut ids: Vec<_> = fired.iter().map(|(e, _)| format!("{e:?}")).collect();
     let n = ids.len();

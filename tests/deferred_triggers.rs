@@ -106,7 +106,11 @@ fn sync_quietly(node: &mut Node, spec: &ChainSpec, dbs: &Dbs, n: u64, now: Insta
         let (b, p, c) = spec.next_block(node.state());
         let r = node.sync_block(&b, &p, &c, now).unwrap();
         assert_eq!(r, None, "no trigger fired at block {}", b.height());
-        assert_eq!(synced_since(dbs, before), [0, 0, 0], "0 synced batches per held block");
+        assert_eq!(
+            synced_since(dbs, before),
+            [0, 0, 0],
+            "0 synced batches per held block"
+        );
     }
 }
 
@@ -137,7 +141,9 @@ fn interval_triggers_a_flush_point_after_a_block() {
     sync_quietly(&mut node, &spec, &dbs, 3, t0 + Duration::from_millis(999));
     let before = dbs.counts();
     let (b, p, c) = spec.next_block(node.state());
-    let r = node.sync_block(&b, &p, &c, t0 + Duration::from_secs(1)).unwrap();
+    let r = node
+        .sync_block(&b, &p, &c, t0 + Duration::from_secs(1))
+        .unwrap();
     flushed(r, FlushTrigger::Interval, 0, 4);
     assert_one_batch_each(&dbs, before);
     assert_eq!(node.durable_height(), 4);
@@ -159,7 +165,10 @@ fn interval_triggers_on_the_timer_when_no_block_arrives() {
     .unwrap();
     sync_quietly(&mut node, &spec, &dbs, 2, t0);
     let before = dbs.counts();
-    assert_eq!(node.on_timer(t0 + Duration::from_millis(500)).unwrap(), None);
+    assert_eq!(
+        node.on_timer(t0 + Duration::from_millis(500)).unwrap(),
+        None
+    );
     assert_eq!(synced_since(&dbs, before), [0, 0, 0]);
     // The peer stalled: no block, but the held blocks become durable on the timer.
     let r = node.on_timer(t0 + Duration::from_secs(1)).unwrap();
@@ -210,7 +219,10 @@ fn held_bytes_over_flush_bytes_max_trigger_a_flush_point() {
                 assert!(node.deferred().peak_held_bytes > FLUSH_BYTES_MAX);
                 assert_one_batch_each(&dbs, before);
                 assert_eq!(node.held(), [0, 0, 0]);
-                println!("held-bytes flush point after {blocks} heavy blocks, {} bytes", r.bytes);
+                println!(
+                    "held-bytes flush point after {blocks} heavy blocks, {} bytes",
+                    r.bytes
+                );
                 break;
             }
         }
@@ -294,7 +306,11 @@ fn app_held_bytes_alone_trigger_a_flush_point() {
     // A cap the app's bytes pass after block 2 but no other database's: only the app's
     // bytes can trigger the flush point.
     let cap = app - 1;
-    assert!(bs <= cap && st <= cap, "only the app exceeds {cap}: {:?}", node.held());
+    assert!(
+        bs <= cap && st <= cap,
+        "only the app exceeds {cap}: {:?}",
+        node.held()
+    );
     let dbs = Dbs::new();
     let mut node = open_indexing(&dbs, &spec);
     node.start_block_sync(

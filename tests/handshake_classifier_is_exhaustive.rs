@@ -118,7 +118,11 @@ fn enumerate(records: &[Rec]) -> BTreeMap<Outcome, usize> {
         }
     }
     assert_eq!(n, 4 * 4 * 4 * records.len());
-    assert_eq!(counts.values().sum::<usize>(), n, "each shape has exactly one outcome");
+    assert_eq!(
+        counts.values().sum::<usize>(),
+        n,
+        "each shape has exactly one outcome"
+    );
     counts
 }
 
@@ -137,7 +141,10 @@ fn handshake_classifier_is_exhaustive() {
         "state-behind-app",
         "flush-roll-forward",
     ] {
-        assert!(counts.contains_key(&Outcome::Case(case)), "{case} reachable");
+        assert!(
+            counts.contains_key(&Outcome::Case(case)),
+            "{case} reachable"
+        );
     }
     assert!(counts.contains_key(&Outcome::Refused));
 }

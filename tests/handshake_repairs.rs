@@ -174,9 +174,8 @@ fn crash_after_block_store_batch_rolls_forward() {
     // The state's write at the next flush point fails: step 1 is durable, steps 2–3 are not.
     crash(dir.path(), 1, 0, |n| sync_to(n, 8));
     let before = snapshot(dir.path());
-    assert_eq!(
-        before[0].get(&Bytes::from_static(&[0x07])).is_some(),
-        true,
+    assert!(
+        before[0].contains_key(&Bytes::from_static(&[0x07])),
         "the flush record is on disk"
     );
     let (node, report, bs_writes) = restart(dir.path(), HandshakeCase::FlushRollForward, 8);

@@ -146,11 +146,14 @@ fn model_range(
     v
 }
 
-fn db_range(
-    it: flushpoint::DbIter<'_>,
-) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
-    it.map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(|e| e.to_string()))
-        .collect()
+type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
+fn db_range(it: flushpoint::DbIter<'_>) -> Result<Entries, String> {
+    it.map(|r| {
+        r.map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .map_err(|e| e.to_string())
+    })
+    .collect()
 }
 
 fn dir(reverse: bool) -> Direction {
@@ -171,7 +174,8 @@ fn run(steps: &[Step]) -> Result<(), String> {
             Step::Put(k, v) => {
                 let mut b = Batch::new();
                 b.put(k.clone(), v.clone());
-                db.write(&b, Durability::Synced).map_err(|e| at(&e.to_string()))?;
+                db.write(&b, Durability::Synced)
+                    .map_err(|e| at(&e.to_string()))?;
                 m.write(&[(k.clone(), Some(v.clone()))]);
             }
             Step::Delete(k) => {
@@ -189,11 +193,15 @@ fn run(steps: &[Step]) -> Result<(), String> {
                         None => b.delete(k.clone()),
                     };
                 }
-                db.write(&b, Durability::Synced).map_err(|e| at(&e.to_string()))?;
+                db.write(&b, Durability::Synced)
+                    .map_err(|e| at(&e.to_string()))?;
                 m.write(ops);
             }
             Step::Get(k) => {
-                let got = db.get(k).map_err(|e| at(&e.to_string()))?.map(|v| v.to_vec());
+                let got = db
+                    .get(k)
+                    .map_err(|e| at(&e.to_string()))?
+                    .map(|v| v.to_vec());
                 let want = m.merged().get(k).cloned();
                 if got != want {
                     return Err(at(&format!("get: got {got:?}, model {want:?}")));
@@ -211,8 +219,11 @@ fn run(steps: &[Step]) -> Result<(), String> {
             }
             Step::Range(s, e, rev) => {
                 let r = to_range(s, e);
-                let got = db_range(db.range(r.clone(), dir(*rev)).map_err(|e| at(&e.to_string()))?)
-                    .map_err(|e| at(&e))?;
+                let got = db_range(
+                    db.range(r.clone(), dir(*rev))
+                        .map_err(|e| at(&e.to_string()))?,
+                )
+                .map_err(|e| at(&e))?;
                 let want = model_range(&m.merged(), &r, *rev);
                 if got != want {
                     return Err(at(&format!("range: got {got:?}, model {want:?}")));
@@ -354,8 +365,13 @@ fn failed_write_held_poisons_every_later_call_and_keeps_the_overlay() {
     db.write(&b, Durability::Synced).unwrap();
     let held_bytes = db.held_bytes();
     assert_eq!(held_bytes, 4 + 2 + 7);
-    let err = db.write_held().expect_err("the injected fsync failure surfaces");
-    assert!(!matches!(err, Error::Poisoned { .. }), "the first error is the cause: {err}");
+    let err = db
+        .write_held()
+        .expect_err("the injected fsync failure surfaces");
+    assert!(
+        !matches!(err, Error::Poisoned { .. }),
+        "the first error is the cause: {err}"
+    );
     assert_eq!(db.inner().failures(), 1, "the fault fired once");
     assert!(db.is_poisoned());
     // The overlay was not dropped: only an Ok may drop it.
@@ -369,9 +385,19 @@ fn failed_write_held_poisons_every_later_call_and_keeps_the_overlay() {
     poisoned(db.get(b"held"), "get");
     poisoned(db.get(b"durable"), "get of a durable key");
     poisoned(db.get_durable(b"durable"), "get_durable");
-    poisoned(db.range(KeyRange::all(), Direction::Forward).map(|_| ()), "range");
-    poisoned(db.range(KeyRange::all(), Direction::Reverse).map(|_| ()), "reverse range");
-    poisoned(db.range_durable(KeyRange::all(), Direction::Forward).map(|_| ()), "range_durable");
+    poisoned(
+        db.range(KeyRange::all(), Direction::Forward).map(|_| ()),
+        "range",
+    );
+    poisoned(
+        db.range(KeyRange::all(), Direction::Reverse).map(|_| ()),
+        "reverse range",
+    );
+    poisoned(
+        db.range_durable(KeyRange::all(), Direction::Forward)
+            .map(|_| ()),
+        "range_durable",
+    );
     poisoned(db.write(&b, Durability::Synced), "write");
     poisoned(db.write_held(), "write_held retried");
     poisoned(db.hold(), "hold");
@@ -384,7 +410,10 @@ fn failed_pass_through_write_poisons_too() {
     let db = HoldingDb::new(FailingDb::new(MemoryDb::new("state"), FailAfter::new(0)));
     let mut b = Batch::new();
     b.put(&b"k"[..], &b"v"[..]);
-    assert!(!matches!(db.write(&b, Durability::Synced), Err(Error::Poisoned { .. }) | Ok(())));
+    assert!(!matches!(
+        db.write(&b, Durability::Synced),
+        Err(Error::Poisoned { .. }) | Ok(())
+    ));
     assert_eq!(db.inner().failures(), 1);
     poisoned(db.get(b"k"), "get");
     poisoned(db.write(&b, Durability::Buffered), "write");

@@ -47,9 +47,7 @@ fn not_yet_durable<T: std::fmt::Debug>(r: flushpoint::Result<T>, what: &str) {
 #[test]
 fn queries_answer_from_the_durable_version_while_holding() {
     let spec = ChainSpec::new(41, Profile::Light);
-    let app_db = Arc::new(HoldingDb::new(
-        Arc::new(MemoryDb::new("app")) as Arc<dyn Db>
-    ));
+    let app_db = Arc::new(HoldingDb::new(Arc::new(MemoryDb::new("app")) as Arc<dyn Db>));
     let app = KvApp::open(app_db.clone()).unwrap();
     // A second handle on the same holding database: it reads held writes (`KvApp::get`).
     let shadow = KvApp::open(app_db.clone()).unwrap();
@@ -78,10 +76,17 @@ fn queries_answer_from_the_durable_version_while_holding() {
         let (b, p, c) = block_with_txs(&spec, node.state(), vec![set("k", v)]);
         assert_eq!(node.sync_block(&b, &p, &c, t0).unwrap(), None);
     }
-    assert_eq!(shadow.get(b"k").unwrap().as_deref(), Some(&b"v1b"[..]), "held write applied");
+    assert_eq!(
+        shadow.get(b"k").unwrap().as_deref(),
+        Some(&b"v1b"[..]),
+        "held write applied"
+    );
     not_yet_durable(node.query(b"k"), "query before the first flush point");
     not_yet_durable(node.rpc_state(), "rpc_state before the first flush point");
-    let r = node.flush_point(FlushTrigger::Interval, t0).unwrap().unwrap();
+    let r = node
+        .flush_point(FlushTrigger::Interval, t0)
+        .unwrap()
+        .unwrap();
     assert_eq!(r.to, 2);
     assert_eq!(node.query(b"k").unwrap().as_deref(), Some(&b"v1b"[..]));
     assert_eq!(node.rpc_state().unwrap().last_block_height, 2);
@@ -93,17 +98,34 @@ fn queries_answer_from_the_durable_version_while_holding() {
     let (b, p, c) = block_with_txs(
         &spec,
         node.state(),
-        vec![Tx::Delete(Bytes::from_static(b"k")).encode(), set("new", "y")],
+        vec![
+            Tx::Delete(Bytes::from_static(b"k")).encode(),
+            set("new", "y"),
+        ],
     );
     node.sync_block(&b, &p, &c, t0).unwrap();
     assert_eq!(node.height(), 4);
     assert_eq!(shadow.get(b"k").unwrap(), None, "held delete applied");
     assert_eq!(shadow.get(b"new").unwrap().as_deref(), Some(&b"y"[..]));
-    assert_eq!(node.query(b"k").unwrap().as_deref(), Some(&b"v1b"[..]), "durable version");
-    assert_eq!(node.query(b"new").unwrap(), None, "a held key is not visible to queries");
-    assert_eq!(node.rpc_state().unwrap(), durable_state, "RPC sees the durable state");
+    assert_eq!(
+        node.query(b"k").unwrap().as_deref(),
+        Some(&b"v1b"[..]),
+        "durable version"
+    );
+    assert_eq!(
+        node.query(b"new").unwrap(),
+        None,
+        "a held key is not visible to queries"
+    );
+    assert_eq!(
+        node.rpc_state().unwrap(),
+        durable_state,
+        "RPC sees the durable state"
+    );
     assert_eq!(node.app().durable().unwrap().height, 2);
-    node.flush_point(FlushTrigger::Interval, t0).unwrap().unwrap();
+    node.flush_point(FlushTrigger::Interval, t0)
+        .unwrap()
+        .unwrap();
     assert_eq!(node.query(b"k").unwrap(), None);
     assert_eq!(node.query(b"new").unwrap().as_deref(), Some(&b"y"[..]));
     assert_eq!(node.rpc_state().unwrap().last_block_height, 4);
