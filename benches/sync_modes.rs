@@ -39,6 +39,9 @@ impl<D: Db> Db for Unsynced<D> {
     }
 }
 
+/// A counted database handle.
+type Counted = Arc<CountingDb<Arc<dyn Db>>>;
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum BenchMode {
     Deferred,
@@ -70,7 +73,7 @@ fn run(dir: &Path, mode: BenchMode, profile: Profile, blocks: u64) -> RunResult 
     let backend = |x: &RedbDb| x.backend_counts();
     let before: Vec<BackendCounts> = vec![backend(&b), backend(&s), backend(&a)];
     // The counter sits under the no-sync downgrade, so it counts what reaches the file.
-    let wrap = |d: Arc<RedbDb>| -> (Arc<dyn Db>, Arc<CountingDb<Arc<dyn Db>>>) {
+    let wrap = |d: Arc<RedbDb>| -> (Arc<dyn Db>, Counted) {
         let counting = Arc::new(CountingDb::new(d as Arc<dyn Db>));
         let top: Arc<dyn Db> = if mode == BenchMode::NoSync {
             Arc::new(Unsynced(counting.clone()))
