@@ -199,7 +199,7 @@ fn continue_checks(
                 if !img.is_empty()
                     && RedbDb::with_backend(
                         "x",
-                        Sim::from_images(&[img.clone()]).disk(0),
+                        Sim::from_images(std::slice::from_ref(img)).disk(0),
                         &options(),
                     )
                     .map(|d| Arc::new(d) as Arc<dyn Db>)

@@ -151,13 +151,13 @@ impl Suite {
             ));
         }
         let mut all: Vec<&Event> = before.iter().chain(out.events.iter()).collect();
-        if let Some(r) = &out.report {
-            if let Some(e) = before.iter().find(|e| e.height > r.height) {
-                return Err(format!(
-                    "event {e:?} fired before the cut, but the crash lost its block (recovered height {})",
-                    r.height
-                ));
-            }
+        if let Some(r) = &out.report
+            && let Some(e) = before.iter().find(|e| e.height > r.height)
+        {
+            return Err(format!(
+                "event {e:?} fired before the cut, but the crash lost its block (recovered height {})",
+                r.height
+            ));
         }
         let n = all.len();
         all.sort_by_key(|e| format!("{e:?}"));
@@ -270,7 +270,7 @@ fn enumerate(
                     && !img.is_empty()
                     && flushpoint::RedbDb::with_backend(
                         "x",
-                        Sim::from_images(&[img.clone()]).disk(0),
+                        Sim::from_images(std::slice::from_ref(img)).disk(0),
                         &options(),
                     )
                     .is_err()
