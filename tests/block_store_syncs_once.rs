@@ -134,31 +134,41 @@ fn split(calls: &[Call]) -> SyncSplit {
 
 #[test]
 fn call_log_attributes_growth_syncs() {
-    // The classifier over its small domain: every shape it must tell apart.
-    use Call::*;
-    let grow = SetLen { from: 1, to: 2 };
-    let shrink = SetLen { from: 2, to: 1 };
-    let cases: [(&[Call], (u64, u64, u64, u64)); 7] = [
-        (&[], (0, 0, 0, 0)),
-        (&[Sync], (0, 0, 1, 0)),
-        (&[grow, Sync], (1, 1, 0, 0)),
-        (&[grow, Sync, Sync], (1, 1, 1, 0)),
-        (&[Sync, grow, Sync, Sync], (1, 1, 2, 0)),
-        (&[Sync, shrink], (0, 0, 1, 1)),
-        (&[grow, Sync, grow, Sync, Sync, shrink], (2, 2, 1, 1)),
+    // Exhaustive over every call sequence up to 6 long: each sync is counted exactly once,
+    // as a growth sync exactly when the call before it grew the file.
+    let alphabet = [
+        Call::SetLen { from: 1, to: 2 },
+        Call::SetLen { from: 2, to: 1 },
+        Call::Sync,
     ];
-    for (calls, (growths, growth_syncs, other_syncs, shrinks)) in cases {
-        assert_eq!(
-            split(calls),
-            SyncSplit {
-                growths,
-                growth_syncs,
-                other_syncs,
-                shrinks
-            },
-            "{calls:?}"
-        );
+    let mut sequences: Vec<Vec<Call>> = vec![vec![]];
+    let mut checked = 0;
+    for _ in 0..6 {
+        let mut longer = Vec::new();
+        for seq in &sequences {
+            for c in alphabet {
+                let mut s = seq.clone();
+                s.push(c);
+                longer.push(s);
+            }
+        }
+        for seq in &longer {
+            let grows = |c: &Call| matches!(c, Call::SetLen { from, to } if to > from);
+            let want_growth_syncs = seq
+                .windows(2)
+                .filter(|w| grows(&w[0]) && w[1] == Call::Sync)
+                .count() as u64;
+            let syncs = seq.iter().filter(|c| **c == Call::Sync).count() as u64;
+            let got = split(seq);
+            assert_eq!(got.growth_syncs, want_growth_syncs, "{seq:?}");
+            assert_eq!(got.growth_syncs + got.other_syncs, syncs, "{seq:?}");
+            assert_eq!(got.growths, seq.iter().filter(|c| grows(c)).count() as u64);
+            assert_eq!(got.growths + got.shrinks + syncs, seq.len() as u64);
+            checked += 1;
+        }
+        sequences = longer;
     }
+    assert_eq!(checked, 3 + 9 + 27 + 81 + 243 + 729);
 }
 
 /// The blocks each test saves: a first light block, two more light ones, then two 40-part
@@ -256,7 +266,7 @@ fn save_all_measured(
     for s in blocks() {
         let from = calls.lock().unwrap().len();
         let before = redb.backend_counts();
-        save_counted(store, &counters, &s);
+        save_counted(store, counters, &s);
         let d = redb.backend_counts() - before;
         let sp = split(&calls.lock().unwrap()[from..]);
         eprintln!(

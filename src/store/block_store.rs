@@ -85,7 +85,13 @@ impl BlockStore {
         let expected = if cur.height == 0 {
             h.max(1)
         } else {
-            cur.height + 1
+            // Bad input must not panic: a store at u64::MAX has no next height.
+            cur.height.checked_add(1).ok_or_else(|| {
+                Error::InvalidInput(format!(
+                    "cannot save block {h}: the block store is at the last height {}",
+                    cur.height
+                ))
+            })?
         };
         if h != expected || h == 0 {
             return Err(Error::NonContiguous { expected, got: h });
@@ -104,7 +110,7 @@ impl BlockStore {
                 seen_commit.height
             )));
         }
-        if block.last_commit.height + 1 != h {
+        if block.last_commit.height.checked_add(1) != Some(h) {
             return Err(Error::InvalidInput(format!(
                 "block {h} carries a last commit for height {}",
                 block.last_commit.height
@@ -186,6 +192,7 @@ impl BlockStore {
 
     /// The last flush record written.
     pub fn load_flush_record(&self) -> Result<Option<FlushRecord>> {
+        self.poison.check(self.name())?;
         get_record(&*self.db, &keys::singleton(keys::FLUSH_RECORD))
     }
 
@@ -352,6 +359,12 @@ impl BlockStore {
         while low < retain_height {
             let end = (low + PRUNE_BATCH_BLOCKS).min(retain_height);
             let mut batch = Batch::new();
+            // The commit of low−1 was saved with block `low` (for a store's first block it
+            // is the only record below it); it goes with it, or it would never be removed.
+            batch.delete(Bytes::copy_from_slice(&height_key(
+                keys::BLOCK_COMMIT,
+                low.saturating_sub(1),
+            )));
             for h in low..end {
                 self.stage_delete(&mut batch, h)?;
             }
@@ -388,7 +401,10 @@ impl BlockStore {
             }
             // The commit of `low` was saved with block low+1; it goes with it.
             batch.delete(Bytes::copy_from_slice(&height_key(keys::BLOCK_COMMIT, low)));
-            let next = if low == 0 {
+            // Below the base (low == base − 1, possibly 0) no block is left: the store is
+            // empty. Writing {base, low} instead would store base > height, which every later
+            // open reports as corruption.
+            let next = if low < cur.base {
                 BlockStoreState::default()
             } else {
                 BlockStoreState {

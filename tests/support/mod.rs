@@ -69,7 +69,7 @@ pub fn block_at(height: u64, prev_hash: Hash, txs: Vec<Bytes>) -> Saved {
     assert!(height >= 1, "test helper: heights start at 1");
     let header = Header {
         height,
-        time_ms: 1_700_000_000_000 + height * 1_000,
+        time_ms: 1_700_000_000_000u64.wrapping_add(height.wrapping_mul(1_000)),
         last_block_hash: prev_hash,
         data_hash: Block::data_hash_of(&txs),
         validators_hash: [0x11; 32],
