@@ -3,8 +3,9 @@
 //! Invariant: `Synced` is one `Durability::Immediate` commit (redb's 1-phase commit: one
 //! `sync_data` on the file, plus one per step of file growth); `Buffered` is
 //! `Durability::None`.
-//! Invariant: after the file is created, the parent directory is fsynced — redb does not do
-//! it, and without it a power cut can lose the new file's directory entry.
+//! Invariant: a new file is created under a temporary name, synced, renamed into place, and
+//! the parent directory fsynced — redb does not do it; without it a power cut can lose the
+//! file's directory entry or leave a half-created file redb refuses to open.
 //! Invariant: the first failed write or commit poisons the handle (redb latches I/O errors as
 //! well); only a reopen, which runs redb's repair, clears it.
 
@@ -79,7 +80,15 @@ impl RedbDb {
     /// When the file is created, the table is created with one synced commit and the parent
     /// directory is fsynced before this returns `Ok`.
     pub fn open(path: &Path, name: &str, options: &RedbOptions) -> Result<Self> {
-        let existed = path.exists();
+        if !path.exists() {
+            Self::create_atomically(path, name, options)?;
+        }
+        let mut db = Self::open_file(path, name, options)?;
+        db.path = Some(path.to_path_buf());
+        Ok(db)
+    }
+
+    fn open_file(path: &Path, name: &str, options: &RedbOptions) -> Result<Self> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -88,18 +97,36 @@ impl RedbDb {
             .open(path)
             .map_err(|e| Error::storage(name, "open file", format!("{}: {e}", path.display())))?;
         let backend = FileBackend::new(file).map_err(|e| Error::storage(name, "open", e))?;
-        let mut db = Self::with_backend(name, backend, options)?;
-        db.path = Some(path.to_path_buf());
-        if !existed {
-            // Order matters: the file's first commit is durable (with_backend), then its
-            // directory entry; a power cut before this fsync may lose the whole file, which
-            // the node sees as a fresh database.
-            let dir = path.parent().unwrap_or(Path::new("."));
-            fsync_dir(dir).map_err(|e| {
-                Error::storage(name, "fsync directory", format!("{}: {e}", dir.display()))
-            })?;
+        Self::with_backend(name, backend, options)
+    }
+
+    /// Creates the database under a temporary name, makes it durable, then renames it into
+    /// place and fsyncs the directory. A power cut during creation leaves no file, or a
+    /// temporary one that the next open deletes — never a half-written file under the real
+    /// name, which redb would refuse to open ("magic number mismatch").
+    fn create_atomically(path: &Path, name: &str, options: &RedbOptions) -> Result<()> {
+        let io = |op: &'static str, p: &Path| {
+            let shown = p.display().to_string();
+            move |e: std::io::Error| Error::storage(name, op, format!("{shown}: {e}"))
+        };
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".creating");
+        let tmp = PathBuf::from(tmp);
+        match std::fs::remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("remove leftover file", &tmp)(e)),
         }
-        Ok(db)
+        // The table's first commit is synced inside `with_backend`; closing may write more.
+        drop(Self::open_file(&tmp, name, options)?);
+        File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(io("fsync new file", &tmp))?;
+        // Order matters: the file is complete and durable before its real name exists, and
+        // the name is durable (directory fsync) before the node writes anything into it.
+        std::fs::rename(&tmp, path).map_err(io("rename new file", path))?;
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        fsync_dir(dir).map_err(io("fsync directory", dir))
     }
 
     /// Opens a database over any redb backend (tests use simulated disks).
