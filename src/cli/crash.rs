@@ -109,6 +109,7 @@ struct Outcome {
     in_recovery: bool,
     exit_ok: bool,
     handshake_case: Option<String>,
+    found_case: Option<String>,
     json: Option<serde_json::Value>,
     recovery_time: Option<Duration>,
     run_time: Option<Duration>,
@@ -256,6 +257,11 @@ fn classify_lines(lines: &[(Instant, String)], killed: bool, exit_ok: bool) -> O
                 flush_open = true;
             } else if b.starts_with("flush-end") {
                 flush_open = false;
+            } else if let Some(rest) = b.strip_prefix("handshake-begin") {
+                o.found_case = rest
+                    .split_whitespace()
+                    .find_map(|kv| kv.strip_prefix("case="))
+                    .map(str::to_string);
             } else if b.starts_with("recovery-begin") {
                 rec_begin = Some(*t);
             } else if let Some(rest) = b.strip_prefix("handshake-end") {
@@ -293,6 +299,7 @@ struct CrashReport {
     child_runs: u32,
     rounds: u32,
     completed_runs_compared: u32,
+    restarts_found_by_case: BTreeMap<String, u32>,
     repairs_by_case: BTreeMap<String, u32>,
     mismatches: u32,
     failures: u32,
@@ -393,6 +400,7 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
         child_runs: 1,
         rounds: 0,
         completed_runs_compared: 0,
+        restarts_found_by_case: BTreeMap::new(),
         repairs_by_case: BTreeMap::new(),
         mismatches: 0,
         failures: 0,
@@ -448,10 +456,13 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
             };
             let o = runner.run_child(&home, &plan, &stderr_file)?;
             rep.child_runs += 1;
-            if let Some(c) = &o.handshake_case
-                && restart
-            {
-                *rep.repairs_by_case.entry(c.clone()).or_default() += 1;
+            if restart {
+                if let Some(c) = &o.found_case {
+                    *rep.restarts_found_by_case.entry(c.clone()).or_default() += 1;
+                }
+                if let Some(c) = &o.handshake_case {
+                    *rep.repairs_by_case.entry(c.clone()).or_default() += 1;
+                }
             }
             if let Some(t) = o.recovery_time
                 && o.handshake_case
@@ -537,12 +548,17 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
             rep.kills_in_recovery,
             rep.kills_other
         );
-        let cases: Vec<String> = rep
-            .repairs_by_case
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
-        println!("restarts by handshake case: {}", cases.join(", "));
+        let fmt = |m: &BTreeMap<String, u32>| {
+            m.iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        println!(
+            "restarts by what the handshake found: {}",
+            fmt(&rep.restarts_found_by_case)
+        );
+        println!("repairs completed by case: {}", fmt(&rep.repairs_by_case));
         println!(
             "completed runs compared with the reference: {}; mismatches: {}; failed runs: {}; {:.1} s",
             rep.completed_runs_compared, rep.mismatches, rep.failures, rep.elapsed_s

@@ -152,13 +152,11 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
     );
     println!(
         "last flush record: {}",
-        report
-            .flush_record
-            .map_or("none".to_string(), |r| format!(
-                "{r} (blocks {}..={} written by one flush point)",
-                r.from + 1,
-                r.to
-            ))
+        report.flush_record.map_or("none".to_string(), |r| format!(
+            "{r} (blocks {}..={} written by one flush point)",
+            r.from + 1,
+            r.to
+        ))
     );
     println!("app hash: {}", report.app_hash);
     println!(

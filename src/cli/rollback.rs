@@ -72,12 +72,7 @@ fn remove_intent(home: &Path) -> std::io::Result<()> {
 
 /// Rebuilds the state at `h` (< the current state's height) from stored history and
 /// checks it against block h+1's header.
-fn rebuild_state(
-    bs: &BlockStore,
-    st: &StateStore,
-    cur: &State,
-    h: u64,
-) -> Result<State, String> {
+fn rebuild_state(bs: &BlockStore, st: &StateStore, cur: &State, h: u64) -> Result<State, String> {
     let e = |x: flushpoint::Error| x.to_string();
     let next = bs
         .load_block_meta(h + 1)
@@ -87,10 +82,10 @@ fn rebuild_state(
         .load_validators(h + 1)
         .map_err(e)?
         .ok_or(format!("validators for height {} are not stored", h + 1))?;
-    let (params_changed, params) = st
-        .load_consensus_params(h + 1)
-        .map_err(e)?
-        .ok_or(format!("consensus params for height {} are not stored", h + 1))?;
+    let (params_changed, params) = st.load_consensus_params(h + 1).map_err(e)?.ok_or(format!(
+        "consensus params for height {} are not stored",
+        h + 1
+    ))?;
     let state = if h + 1 == cur.initial_height {
         State::genesis(cur.initial_height, validators, params, next.header.app_hash)
     } else {
@@ -151,8 +146,8 @@ pub fn run(a: &RollbackArgs) -> CliResult<()> {
         Ok((bs, st, app_h))
     };
     let (bs, st, _) = open_stores(&home).map_err(err)?;
-    let app = KvApp::open(Arc::new(HoldingDb::new(home.app_db.clone() as Arc<dyn Db>)))
-        .map_err(err)?;
+    let app =
+        KvApp::open(Arc::new(HoldingDb::new(home.app_db.clone() as Arc<dyn Db>))).map_err(err)?;
     let (state, o) = flushpoint::observe(&bs, &st, &app).map_err(err)?;
     drop(app);
     let Some(mut cur) = state else {
@@ -173,16 +168,16 @@ pub fn run(a: &RollbackArgs) -> CliResult<()> {
     let (mut bs, mut st) = (bs, st);
     if !finishing {
         match classify(&o) {
-            Ok(HandshakeCase::FlushRollForward) | Ok(HandshakeCase::AppBehind)
-            | Ok(HandshakeCase::BlockStoreAhead) | Ok(HandshakeCase::StateBehindApp)
+            Ok(HandshakeCase::FlushRollForward)
+            | Ok(HandshakeCase::AppBehind)
+            | Ok(HandshakeCase::BlockStoreAhead)
+            | Ok(HandshakeCase::StateBehindApp)
                 if a.repair =>
             {
                 // Run the handshake's repair first, then continue from the repaired home.
                 let spec = ChainSpec::new(1, flushpoint::Profile::Light);
-                let app = KvApp::open(Arc::new(HoldingDb::new(
-                    home.app_db.clone() as Arc<dyn Db>
-                )))
-                .map_err(err)?;
+                let app = KvApp::open(Arc::new(HoldingDb::new(home.app_db.clone() as Arc<dyn Db>)))
+                    .map_err(err)?;
                 let (node, report) = Node::open(
                     home.block_store_db.clone(),
                     home.state_db.clone(),
@@ -231,9 +226,7 @@ pub fn run(a: &RollbackArgs) -> CliResult<()> {
         )));
     }
     if h >= b && h >= s {
-        println!(
-            "nothing to do: block store {b}, state {s}, app {app_h} are all at or below {h}"
-        );
+        println!("nothing to do: block store {b}, state {s}, app {app_h} are all at or below {h}");
         return Ok(());
     }
     if h + 1 < bs.base().max(1) {

@@ -270,7 +270,11 @@ pub fn handshake_text(r: &HandshakeReport) -> String {
         ),
         _ => format!("case {}", r.case.name()),
     };
-    format!("handshake: {} ({seen}) — {did}; now at height {}", r.case.name(), r.height)
+    format!(
+        "handshake: {} ({seen}) — {did}; now at height {}",
+        r.case.name(),
+        r.height
+    )
 }
 
 struct Progress {
@@ -346,6 +350,15 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
         p.mark("recovery-begin");
     }
     let home = Home::open(&home_path).map_err(err)?;
+    if let Some(p) = &probe {
+        // What the handshake is about to find (read-only), so a kill during the repair
+        // still tells the crash-test which case it interrupted.
+        let (_, o, state, _) = durable_heights(&home).map_err(err)?;
+        let case = super::inspect::classification(&o, state.is_some())
+            .case
+            .unwrap_or("inconsistent");
+        p.mark(&format!("handshake-begin case={case}"));
+    }
     let spec = ChainSpec::new(a.seed, a.profile.profile());
     let no_sync = a.mode == ModeArg::NoSync;
 
@@ -435,8 +448,7 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
         if let Some(p) = &probe {
             p.set_phase(Phase::BlockSync);
         }
-        node.start_block_sync(policy, Instant::now())
-            .map_err(err)?;
+        node.start_block_sync(policy, Instant::now()).map_err(err)?;
     }
     while node.height() < target_sync {
         let (b, parts, c) = spec.next_block(node.state());
@@ -529,7 +541,11 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
         block_sync_blocks: sync_blocks,
         consensus_blocks: cons_blocks,
         elapsed_s: secs,
-        blocks_per_s: if secs > 0.0 { blocks as f64 / secs } else { 0.0 },
+        blocks_per_s: if secs > 0.0 {
+            blocks as f64 / secs
+        } else {
+            0.0
+        },
         ms_per_block: if blocks == 0 {
             0.0
         } else {

@@ -1,0 +1,93 @@
+//! `flushpoint inspect` and `flushpoint rollback` on real homes: inspect classifies without
+//! changing anything; rollback refuses what the app cannot follow and what a flush-point
+//! crash left (until repaired), and a rollback followed by a sync reaches the uncut hash.
+
+mod cli_support;
+use cli_support::*;
+
+fn inspect(home: &std::path::Path) -> serde_json::Value {
+    let o = run(&["inspect", "--home", home.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_str(stdout(&o).trim()).unwrap()
+}
+
+#[test]
+fn inspect_reports_a_flush_point_crash_as_roll_forward_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    sync_killed_at(&home, 30, 10, 1, "flush-write-done block-store");
+    let j = inspect(&home);
+    assert_eq!(j["classification"]["verdict"], "repairable");
+    assert_eq!(j["classification"]["case"], "flush-roll-forward");
+    assert_eq!(j["heights"]["block_store"], 10);
+    assert_eq!(j["heights"]["state"], 0);
+    assert_eq!(j["flush_record"]["to"], 10);
+    assert_eq!(
+        inspect(&home)["heights"],
+        j["heights"],
+        "inspect changed the home"
+    );
+
+    // Rollback refuses this home and says how to repair it…
+    let o = run(&["rollback", "--home", home.to_str().unwrap(), "--to", "5"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("flushpoint sync"), "{}", stderr(&o));
+    assert_eq!(stderr(&o).trim().lines().count(), 1);
+    // …and with --repair rolls forward first, then back to 5 (the app is at 10 after
+    // the repair, so 5 is refused; 10 is a no-op).
+    let o = run(&[
+        "rollback",
+        "--home",
+        home.to_str().unwrap(),
+        "--to",
+        "10",
+        "--repair",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(inspect(&home)["classification"]["case"], "consistent");
+}
+
+#[test]
+fn rollback_below_the_app_is_refused_and_rollback_above_it_then_sync_matches_uncut() {
+    let dir = tempfile::tempdir().unwrap();
+    let reference = sync_json(&dir.path().join("ref"), 30, 2, 1);
+
+    let done = dir.path().join("done");
+    sync_json(&done, 30, 2, 1);
+    let o = run(&["rollback", "--home", done.to_str().unwrap(), "--to", "10"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("cannot roll back"), "{}", stderr(&o));
+    assert_eq!(
+        inspect(&done)["heights"]["state"],
+        32,
+        "a refused rollback changed the home"
+    );
+
+    // Killed between a flush point's state and app steps: (10, 10, 0).
+    let home = dir.path().join("home");
+    sync_killed_at(&home, 30, 10, 1, "flush-write-done state");
+    let j = inspect(&home);
+    assert_eq!(j["classification"]["case"], "app-behind");
+    let o = run(&["rollback", "--home", home.to_str().unwrap(), "--to", "4"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = inspect(&home);
+    assert_eq!(j["heights"]["block_store"], 4);
+    assert_eq!(j["heights"]["state"], 4);
+    let o = run(&[
+        "sync",
+        "--home",
+        home.to_str().unwrap(),
+        "--blocks",
+        "30",
+        "--consensus-blocks",
+        "2",
+        "--seed",
+        "1",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_str(stdout(&o).lines().last().unwrap()).unwrap();
+    assert_eq!(j["handshake"]["case"], "app-behind");
+    assert_eq!(j["heights"], reference["heights"]);
+    assert_eq!(j["app_hash"], reference["app_hash"]);
+}

@@ -1,0 +1,92 @@
+//! Helpers for the CLI tests: run the built `flushpoint` binary on temp homes.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_flushpoint");
+
+/// Runs the binary with `args` (no FLUSHPOINT_HOME from the environment).
+pub fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("FLUSHPOINT_HOME")
+        .env_remove("FLUSHPOINT_CRASH_TEST")
+        .output()
+        .expect("run flushpoint")
+}
+
+/// Stdout as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Stderr as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `sync --json` on `home`; returns the parsed summary.
+pub fn sync_json(home: &Path, blocks: u64, consensus: u64, seed: u64) -> serde_json::Value {
+    let o = run(&[
+        "sync",
+        "--home",
+        home.to_str().unwrap(),
+        "--blocks",
+        &blocks.to_string(),
+        "--consensus-blocks",
+        &consensus.to_string(),
+        "--seed",
+        &seed.to_string(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "sync failed: {}", stderr(&o));
+    let out = stdout(&o);
+    let line = out.lines().last().expect("a JSON line");
+    serde_json::from_str(line).expect("sync --json prints one JSON object")
+}
+
+/// Starts `sync` with crash-test markers on and SIGKILLs it right after the first line
+/// starting with `@fp <marker>`. Panics if the marker never shows (the kill must fire).
+pub fn sync_killed_at(home: &Path, blocks: u64, flush_every: u64, seed: u64, marker: &str) {
+    let mut child = Command::new(BIN)
+        .args([
+            "sync",
+            "--home",
+            home.to_str().unwrap(),
+            "--blocks",
+            &blocks.to_string(),
+            "--consensus-blocks",
+            "2",
+            "--flush-every",
+            &flush_every.to_string(),
+            "--seed",
+            &seed.to_string(),
+            "--json",
+        ])
+        .env_remove("FLUSHPOINT_HOME")
+        .env("FLUSHPOINT_CRASH_TEST", "1")
+        .env("FLUSHPOINT_TEST_FLUSH_DELAY_MS", "200")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn sync");
+    let out = child.stdout.take().unwrap();
+    let want = format!("@fp {marker}");
+    let mut fired = false;
+    for line in BufReader::new(out).lines() {
+        let line = line.unwrap();
+        if line.starts_with(&want) {
+            child.kill().unwrap();
+            fired = true;
+            break;
+        }
+    }
+    child.wait().unwrap();
+    assert!(
+        fired,
+        "marker {marker:?} never printed: the kill did not fire"
+    );
+}
