@@ -180,10 +180,11 @@ impl BlockStore {
     pub fn save_flush_record(&self, record: &FlushRecord) -> Result<()> {
         let _w = self.write_lock.lock().expect("write lock");
         self.poison.check(self.name())?;
-        assert!(
-            record.from < record.to,
-            "invariant: a flush record spans at least one block"
-        );
+        if record.from >= record.to {
+            return Err(Error::InvalidInput(format!(
+                "a flush record spans at least one block, got {record}"
+            )));
+        }
         let k = keys::singleton(keys::FLUSH_RECORD);
         let mut batch = Batch::new();
         batch.put(Bytes::copy_from_slice(&k), encode(&k, record));
@@ -204,15 +205,31 @@ impl BlockStore {
         Ok(())
     }
 
-    /// The meta of block `height`.
-    pub fn load_block_meta(&self, height: u64) -> Result<Option<BlockMeta>> {
+    /// True for heights below the base: pruned, even if an interrupted prune left their
+    /// records on disk (the next prune removes them).
+    fn pruned(&self, height: u64) -> bool {
+        height < self.base()
+    }
+
+    fn read_meta(&self, height: u64) -> Result<Option<BlockMeta>> {
         self.poison.check(self.name())?;
         get_record(&*self.db, &height_key(keys::BLOCK_META, height))
     }
 
-    /// Part `index` of block `height`.
+    /// The meta of block `height` (`None` below the base).
+    pub fn load_block_meta(&self, height: u64) -> Result<Option<BlockMeta>> {
+        if self.pruned(height) {
+            return Ok(None);
+        }
+        self.read_meta(height)
+    }
+
+    /// Part `index` of block `height` (`None` below the base).
     pub fn load_block_part(&self, height: u64, index: u32) -> Result<Option<Bytes>> {
         self.poison.check(self.name())?;
+        if self.pruned(height) {
+            return Ok(None);
+        }
         Ok(get_record::<PartRecord>(&*self.db, &part_key(height, index))?.map(|p| p.0))
     }
 
@@ -244,6 +261,15 @@ impl BlockStore {
                 CorruptReason::Invalid("parts do not hash to the stored block hash"),
             ));
         }
+        // The block hash covers the header only; the header's data hash covers the
+        // transactions, so a part rewritten with a valid crc is still caught.
+        if block.header.data_hash != Block::data_hash_of(&block.txs) {
+            return Err(self.corrupt(
+                &part_key(height, 0),
+                Some(height),
+                CorruptReason::Invalid("transactions do not hash to the header's data hash"),
+            ));
+        }
         Ok(Some(block))
     }
 
@@ -259,19 +285,28 @@ impl BlockStore {
     /// The canonical commit for `height` (stored with block `height + 1`).
     pub fn load_block_commit(&self, height: u64) -> Result<Option<Commit>> {
         self.poison.check(self.name())?;
+        // The commit of base − 1 is kept: it travels with block `base`.
+        if self.pruned(height.saturating_add(1)) {
+            return Ok(None);
+        }
         get_record(&*self.db, &height_key(keys::BLOCK_COMMIT, height))
     }
 
     /// The commit this node saw for `height`.
     pub fn load_seen_commit(&self, height: u64) -> Result<Option<Commit>> {
         self.poison.check(self.name())?;
+        if self.pruned(height) {
+            return Ok(None);
+        }
         get_record(&*self.db, &height_key(keys::SEEN_COMMIT, height))
     }
 
     /// The height of the block with `hash`.
     pub fn height_by_hash(&self, hash: &Hash) -> Result<Option<u64>> {
         self.poison.check(self.name())?;
-        Ok(get_record::<HeightValue>(&*self.db, &keys::hash_key(hash))?.map(|h| h.0))
+        Ok(get_record::<HeightValue>(&*self.db, &keys::hash_key(hash))?
+            .map(|h| h.0)
+            .filter(|h| !self.pruned(*h)))
     }
 
     /// The meta of the block with `hash`.
@@ -292,7 +327,7 @@ impl BlockStore {
 
     /// Stages the deletion of block `height` (meta, parts, commits, hash index).
     fn stage_delete(&self, batch: &mut Batch, height: u64) -> Result<()> {
-        let meta = self.load_block_meta(height)?;
+        let meta = self.read_meta(height)?;
         let part_count = meta.as_ref().map_or(0, |m| m.part_count);
         batch.delete(Bytes::copy_from_slice(&height_key(
             keys::BLOCK_META,
