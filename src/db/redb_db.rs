@@ -125,7 +125,10 @@ impl RedbDb {
         // Order matters: the file is complete and durable before its real name exists, and
         // the name is durable (directory fsync) before the node writes anything into it.
         std::fs::rename(&tmp, path).map_err(io("rename new file", path))?;
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
         fsync_dir(dir).map_err(io("fsync directory", dir))
     }
 
