@@ -101,8 +101,13 @@ fn inject(initial_height: u64, kind: Kind, stride: u64) -> Figures {
                         let r = drive(&mut node, &plan);
                         if r.is_ok() {
                             // redb absorbed the failed write (see `absorbed`): the node went
-                            // on. Then it must have finished correctly, and the recovery
-                            // checks below still run on its images.
+                            // on. This is redb's design, not a lost error: a cache-eviction
+                            // writeback is best-effort (redb 4.6 `cached_file.rs`,
+                            // `Writeback::BestEffort` / `write_best_effort`): the page stays
+                            // buffered and the next commit's flush writes it again, failing
+                            // that commit if the disk is still bad. Nothing was acknowledged
+                            // on the failed write, so the node must have finished correctly,
+                            // and the recovery checks below still run on its images.
                             assert!(kind == Kind::Write, "{ctx}: a failed fsync was absorbed");
                             let fin = (node.state().clone(), node.app().committed().unwrap());
                             assert!(fin == want, "{ctx}: absorbed, but the result differs");
