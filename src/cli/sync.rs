@@ -56,7 +56,7 @@ pub struct SyncArgs {
     #[arg(long)]
     pub home: Option<PathBuf>,
     /// Length of the block-synced part of the chain (heights 1..=N).
-    #[arg(long, default_value_t = 3000)]
+    #[arg(long, default_value_t = 10000)]
     pub blocks: u64,
     /// Blocks committed in consensus mode after the block-synced part (the run ends at N+M).
     #[arg(long, default_value_t = 20)]
