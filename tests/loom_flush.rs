@@ -22,7 +22,8 @@
 //!
 //! Planted bugs (`#[should_panic]`): events fired before the window is written; the lock
 //! released in the middle of a block; the lock released between a block and its flush
-//! decision (a flush point taken on a stale window); stop that never wakes the timer.
+//! decision (a flush point taken on a stale window). A fourth, stop that never wakes the
+//! parked timer, is a deadlock loom reports and then aborts on; it is `#[ignore]`d, run alone.
 //!
 //! Run: `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release --test
 //! loom_flush -- --nocapture` (prints the interleavings explored per model).
@@ -311,8 +312,12 @@ fn planted_bug_stale_flush_decision_is_caught() {
     explore(Variant::StaleDecision, Some(3), &RUNS);
 }
 
+/// loom reports this deadlock ("deadlock; threads = ...") and then aborts the whole test
+/// process (a second panic while cleaning up the parked thread), so it cannot be a
+/// `should_panic` test next to the others. Run it alone and expect SIGABRT after the
+/// "deadlock" message: `... --test loom_flush -- --ignored planted_bug_stop_without_notify`.
 #[test]
-#[should_panic(expected = "deadlock")]
+#[ignore = "loom aborts the process on deadlock; run alone, expect 'deadlock' then SIGABRT"]
 fn planted_bug_stop_without_notify_deadlocks() {
     static RUNS: AtomicUsize = AtomicUsize::new(0);
     explore(Variant::StopWithoutNotify, Some(3), &RUNS);
