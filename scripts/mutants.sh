@@ -5,7 +5,10 @@
 #
 #   scripts/mutants.sh                 # full run over the configured files
 #   scripts/mutants.sh --list          # list the mutants only
-#   scripts/mutants.sh -f src/node/deferred.rs   # one file (extra args go to cargo mutants)
+#   MUTANTS_FILES="src/node/deferred.rs src/holding/mod.rs" scripts/mutants.sh   # a subset
+#       (`-f` on the command line is added to the config's examine_globs, so a subset
+#       needs --no-config; MUTANTS_FILES does that and repeats the config's timeouts)
+#   scripts/mutants.sh --shard 1/4     # extra args go to cargo mutants
 #   MUTANTS_TESTS="holding_model node_smoke" scripts/mutants.sh   # choose test targets
 #   MUTANTS_JOBS=2 scripts/mutants.sh  # parallel build dirs (default 1; 2 CPUs here)
 #
@@ -21,15 +24,21 @@ fi
 
 # Test targets run per mutant: the library's unit tests plus the integration tests that
 # exercise the examined modules. Default: every tests/*.rs except loom_* (compiled to
-# nothing without --cfg loom) and fuzz_regressions (codec only).
+# nothing without --cfg loom), fuzz_regressions (codec only) and cli_* (the binary, slow).
 if [[ -n "${MUTANTS_TESTS:-}" ]]; then
     targets="$MUTANTS_TESTS"
 else
     targets=$(ls tests/*.rs | xargs -n1 basename | sed 's/\.rs$//' \
-        | grep -v -e '^loom_' -e '^fuzz_regressions$' | tr '\n' ' ')
+        | grep -v -e '^loom_' -e '^fuzz_regressions$' -e '^cli_' | tr '\n' ' ')
 fi
 test_args=(--lib)
 for t in $targets; do test_args+=(--test "$t"); done
 echo "test targets: --lib $targets" >&2
 
-exec nice -n 19 cargo mutants --jobs "${MUTANTS_JOBS:-1}" "$@" -- "${test_args[@]}"
+scope=()
+if [[ -n "${MUTANTS_FILES:-}" ]]; then
+    scope=(--no-config --minimum-test-timeout 60 --timeout-multiplier 3)
+    for f in $MUTANTS_FILES; do scope+=(-f "$f"); done
+fi
+
+exec nice -n 19 cargo mutants --jobs "${MUTANTS_JOBS:-1}" "${scope[@]}" "$@" -- "${test_args[@]}"
