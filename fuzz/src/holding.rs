@@ -163,7 +163,9 @@ impl Model {
 type Stack = HoldingDb<CountingDb<FailingDb<MemoryDb>>>;
 
 fn entries(v: Vec<(Bytes, Bytes)>) -> Vec<(Vec<u8>, Vec<u8>)> {
-    v.into_iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
+    v.into_iter()
+        .map(|(k, v)| (k.to_vec(), v.to_vec()))
+        .collect()
 }
 
 fn expect_range(map: &Map, range: &KeyRange, reverse: bool) -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -346,7 +348,11 @@ fn check_range(db: &Stack, m: &Model, range: KeyRange, reverse: bool, durable: b
     } else {
         expect_range(&m.merged(), &range, reverse)
     };
-    assert_eq!(entries(r.unwrap()), want, "range {range:?} reverse={reverse}");
+    assert_eq!(
+        entries(r.unwrap()),
+        want,
+        "range {range:?} reverse={reverse}"
+    );
 }
 
 fn check(db: &Stack, m: &Model, op: &HOp) {
