@@ -364,4 +364,34 @@ mod tests {
             .collect();
         assert_eq!(rev, want);
     }
+
+    /// A database reporting a fixed on-disk size, to see it pass through.
+    #[derive(Debug)]
+    struct FixedSize(MemoryDb);
+
+    impl Db for FixedSize {
+        fn name(&self) -> &str {
+            self.0.name()
+        }
+        fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+            self.0.get(key)
+        }
+        fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
+            self.0.range(range, direction)
+        }
+        fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
+            self.0.write(batch, durability)
+        }
+        fn disk_size_bytes(&self) -> Result<u64> {
+            Ok(4242)
+        }
+    }
+
+    #[test]
+    fn name_and_disk_size_are_the_inner_databases() {
+        let d = HoldingDb::new(FixedSize(MemoryDb::new("state")));
+        assert_eq!(d.name(), "state");
+        assert_eq!(d.disk_size_bytes().unwrap(), 4242);
+        assert!(!d.is_poisoned(), "a fresh database is not poisoned");
+    }
 }
