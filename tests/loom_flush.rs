@@ -23,7 +23,8 @@
 //! Planted bugs (`#[should_panic]`): events fired before the window is written; the lock
 //! released in the middle of a block; the lock released between a block and its flush
 //! decision (a flush point taken on a stale window). A fourth, stop that never wakes the
-//! parked timer, is a deadlock loom reports and then aborts on; it is `#[ignore]`d, run alone.
+//! parked timer, is a deadlock loom reports and then aborts on; it is compiled only with
+//! `--cfg loom_deadlock_demo` and run alone.
 //!
 //! Run: `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release --test
 //! loom_flush -- --nocapture` (prints the interleavings explored per model).
@@ -315,9 +316,10 @@ fn planted_bug_stale_flush_decision_is_caught() {
 /// loom reports this deadlock ("deadlock; threads = ...") and then aborts the whole test
 /// process (a second panic while cleaning up the parked thread), so it cannot be a
 /// `should_panic` test next to the others. Run it alone and expect SIGABRT after the
-/// "deadlock" message: `... --test loom_flush -- --ignored planted_bug_stop_without_notify`.
+/// "deadlock" message: `RUSTFLAGS="--cfg loom --cfg loom_deadlock_demo" cargo test --release
+/// --test loom_flush -- planted_bug_stop_without_notify`.
+#[cfg(loom_deadlock_demo)]
 #[test]
-#[ignore = "loom aborts the process on deadlock; run alone, expect 'deadlock' then SIGABRT"]
 fn planted_bug_stop_without_notify_deadlocks() {
     static RUNS: AtomicUsize = AtomicUsize::new(0);
     explore(Variant::StopWithoutNotify, Some(3), &RUNS);
