@@ -54,6 +54,7 @@ enum Variant {
     /// relocks and writes the window it snapshotted.
     StaleDecision,
     /// Stop sets `stopped` but does not notify the parked timer.
+    #[cfg_attr(not(loom_deadlock_demo), allow(dead_code))]
     StopWithoutNotify,
 }
 
