@@ -257,3 +257,22 @@ fn blocks_without_a_saved_state_are_refused_at_open() {
     }
     assert!(matches!(rig.open(), Err(Error::Inconsistent { .. })));
 }
+
+#[test]
+fn the_flush_interval_counts_from_the_start_of_block_sync() {
+    let rig = Rig::new();
+    let (mut node, _) = rig.open().unwrap();
+    let start = Instant::now() + Duration::from_secs(5);
+    let p = FlushPolicy {
+        interval: Duration::from_secs(1),
+        ..FlushPolicy::default()
+    };
+    node.start_block_sync(p, start).unwrap();
+    let (b, parts, c) = rig.spec.next_block(node.state());
+    let r = node
+        .sync_block(&b, &parts, &c, start + Duration::from_millis(100))
+        .unwrap();
+    assert!(r.is_none(), "0.1 s into block sync is not a flush point");
+    let r = node.on_timer(start + Duration::from_millis(1000)).unwrap();
+    assert_eq!(r.map(|r| r.trigger), Some(FlushTrigger::Interval));
+}

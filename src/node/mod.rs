@@ -385,16 +385,18 @@ impl Node {
         if self.mode == Mode::BlockSync {
             return Ok(());
         }
+        // Outside block sync every applied block is durable, so the window starts empty.
+        assert_eq!(
+            self.deferred.flushed_height, self.state.last_block_height,
+            "invariant: block sync starts with nothing held"
+        );
         self.block_db.hold()?;
         self.state_db.hold()?;
         self.app_holds = self.app.hold()?;
         self.mode = Mode::BlockSync;
-        self.deferred = DeferredWrites {
-            policy,
-            last_flush: now,
-            flushed_height: self.state.last_block_height,
-            ..std::mem::replace(&mut self.deferred, DeferredWrites::new(policy, 0, now))
-        };
+        self.deferred.policy = policy;
+        // The interval counts from the start of block sync, not from the last flush.
+        self.deferred.last_flush = now;
         Ok(())
     }
 
