@@ -276,3 +276,54 @@ fn the_flush_interval_counts_from_the_start_of_block_sync() {
     let r = node.on_timer(start + Duration::from_millis(1000)).unwrap();
     assert_eq!(r.map(|r| r.trigger), Some(FlushTrigger::Interval));
 }
+
+#[test]
+fn a_block_the_block_store_refuses_does_not_poison_the_node() {
+    let rig = Rig::new();
+    let (mut node, _) = rig.open().unwrap();
+    let (b, p, c) = rig.spec.next_block(node.state());
+    // The header is fine but the part set is incomplete: the block store refuses it.
+    let mut partial = flushpoint::PartSet::with_total(p.total() + 1);
+    partial.add_part(0, p.part(0).unwrap().clone());
+    assert!(matches!(
+        node.commit_block(&b, &partial, &c),
+        Err(Error::IncompletePartSet { .. })
+    ));
+    node.commit_block(&b, &p, &c).unwrap();
+    assert!(node.on_timer(Instant::now()).is_ok());
+    assert_eq!(node.height(), 1);
+}
+
+#[test]
+fn a_failed_block_store_write_poisons_the_node_for_every_later_call() {
+    use flushpoint::testing::{FailAfter, FailingDb};
+    let mems = ["block store", "state", "app"].map(|n| Arc::new(MemoryDb::new(n)));
+    let spec = ChainSpec::new(11, Profile::Light);
+    let failing = Arc::new(FailingDb::new(mems[0].clone(), FailAfter::new(1)));
+    let app = KvApp::open(Arc::new(HoldingDb::new(mems[2].clone() as Arc<dyn Db>))).unwrap();
+    let (mut node, _) = Node::open(
+        failing.clone(),
+        mems[1].clone(),
+        Box::new(app),
+        &spec.genesis(),
+        Box::new(NoEvents),
+    )
+    .unwrap();
+    let (b, p, c) = spec.next_block(node.state());
+    node.commit_block(&b, &p, &c).unwrap();
+    let (b, p, c) = spec.next_block(node.state());
+    assert!(node.commit_block(&b, &p, &c).is_err());
+    assert_eq!(failing.failures(), 1, "the fault fired");
+    let poisoned = |r: flushpoint::Result<Option<flushpoint::FlushReport>>| {
+        matches!(r, Err(Error::Poisoned { .. }))
+    };
+    assert!(poisoned(node.on_timer(Instant::now())));
+    assert!(poisoned(node.switch_to_consensus(Instant::now())));
+    assert!(poisoned(
+        node.flush_point(FlushTrigger::Stop, Instant::now())
+    ));
+    assert!(matches!(
+        node.start_block_sync(policy(2), Instant::now()),
+        Err(Error::Poisoned { .. })
+    ));
+}

@@ -582,8 +582,7 @@ impl Node {
                 "commit_block during block sync: switch to consensus first".into(),
             ));
         }
-        let r = self.block_store.save_block(block, parts, seen_commit);
-        self.poisoned(r)?;
+        self.save_checked(block, parts, seen_commit)?;
         if self.mode == Mode::Legacy {
             // The reference node's old second block-store fsync (an empty key, synced).
             let mut b = Batch::new();
