@@ -234,8 +234,14 @@ fn blocks_without_a_saved_state_are_refused_at_open() {
         .unwrap();
     let before: Vec<_> = rig.mems.iter().map(|m| m.snapshot()).collect();
     match rig.open() {
-        Err(Error::Inconsistent { heights, .. }) => {
+        Err(Error::Inconsistent {
+            heights, record, ..
+        }) => {
             assert_eq!((heights.block_store_height, heights.state_height), (1, 0));
+            assert_eq!(
+                record, "absent",
+                "the error names the (absent) flush record"
+            );
         }
         other => panic!("expected Inconsistent, got {other:?}"),
     }
