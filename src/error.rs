@@ -120,6 +120,19 @@ pub enum Error {
         /// Parts required.
         total: u32,
     },
+    /// A block was offered with a part set that is not its own encoding.
+    #[error(
+        "block store: block {height}'s part set is not the block's own encoding (first difference at byte {offset} of {block_size}); nothing was written"
+    )]
+    PartSetMismatch {
+        /// The block's height.
+        height: u64,
+        /// The first byte offset where the parts and the block's encoding differ (the
+        /// shorter length when one is a prefix of the other).
+        offset: u64,
+        /// The length of the block's encoding.
+        block_size: u64,
+    },
     /// Input that breaks an API precondition.
     #[error("invalid input: {0}")]
     InvalidInput(String),

@@ -31,7 +31,7 @@ pub use db::{
     collect_range, fsync_dir,
 };
 pub use error::{CorruptReason, Error, Heights, Result, hex};
-pub use holding::{HeldWrite, HoldingDb};
+pub use holding::{HeldStore, HeldWrite, HoldingDb};
 pub use home::{HOME_FORMAT_VERSION, Home};
 pub use node::{
     DeferredWrites, Event, EventKind, EventSink, FLUSH_BYTES_MAX, FLUSH_INTERVAL, FlushInputs,

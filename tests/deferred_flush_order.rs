@@ -64,6 +64,7 @@ fn policy() -> FlushPolicy {
         interval: Duration::from_secs(3600),
         held_bytes_max: u64::MAX,
         window_blocks_max: Some(WINDOW),
+        background: false,
     }
 }
 

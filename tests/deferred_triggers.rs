@@ -72,6 +72,7 @@ fn quiet() -> FlushPolicy {
         interval: HOUR,
         held_bytes_max: u64::MAX,
         window_blocks_max: None,
+        background: false,
     }
 }
 

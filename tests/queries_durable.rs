@@ -68,6 +68,7 @@ fn queries_answer_from_the_durable_version_while_holding() {
             interval: Duration::from_secs(3600),
             held_bytes_max: u64::MAX,
             window_blocks_max: None,
+            background: false,
         },
         t0,
     )

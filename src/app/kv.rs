@@ -239,7 +239,7 @@ impl<D: Db> KvApp<D> {
     }
 }
 
-impl<D: Db> App for KvApp<D> {
+impl<D: Db + 'static> App for KvApp<D> {
     fn committed(&self) -> Result<AppInfo> {
         Ok(self.committed)
     }
@@ -354,6 +354,10 @@ impl<D: Db> App for KvApp<D> {
 
     fn held_bytes(&self) -> u64 {
         self.db.held_bytes()
+    }
+
+    fn held_store(&self) -> Option<Arc<dyn crate::holding::HeldStore>> {
+        Some(self.db.clone())
     }
 
     fn halt_height(&self) -> Option<u64> {

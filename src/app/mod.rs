@@ -68,6 +68,15 @@ pub trait App: Send {
     /// Answers a query from durable state.
     fn query(&self, key: &[u8]) -> Result<Option<Bytes>>;
 
+    /// The app's held storage, when a flush thread may write it: the node then freezes the
+    /// app's held writes between blocks and writes them from its flush thread after the block
+    /// store and the state (background flush points, [`crate::FlushPolicy::background`]),
+    /// while the app executes the next blocks into a new overlay. `None` (the default): the
+    /// node calls [`App::write_held`] on its own thread and flush points stay synchronous.
+    fn held_store(&self) -> Option<std::sync::Arc<dyn crate::holding::HeldStore>> {
+        None
+    }
+
     /// Rolls the app back to `height`, if it supports it (used by `flushpoint rollback`).
     /// The default refuses.
     fn rollback_to(&mut self, height: u64) -> Result<bool> {

@@ -8,15 +8,19 @@
 //! Invariant: `write_held` writes the whole overlay as one `Synced` batch and drops it only
 //! after that returned `Ok`; on `Err` the database is poisoned — every later call fails
 //! until a restart, whose handshake is the way back.
+//! Invariant: a flush can run beside new writes: `freeze` moves the overlay to the *frozen*
+//! window (at most one), later writes start a new overlay, and `write_frozen` (from any
+//! thread) writes the frozen window as one `Synced` batch and drops it only after `Ok`.
+//! Reads see the overlay, then the frozen window, then the disk; durable reads see the disk.
 //! Invariant: this module decides nothing about *when* to flush (that is `deferred`).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
 
 use crate::db::{Batch, Db, DbIter, Direction, Durability, Entry, KeyRange, Op};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::store::Poison;
 
 /// What a `write_held` call wrote.
@@ -30,7 +34,6 @@ pub struct HeldWrite {
 
 #[derive(Debug, Default)]
 struct Overlay {
-    holding: bool,
     /// key → Some(value) for a held put, None for a held delete. Ordered, for ranges.
     map: BTreeMap<Bytes, Option<Bytes>>,
     /// The same entries hashed, for point reads (a B-tree walk over 64 MiB of keys costs
@@ -58,13 +61,26 @@ impl Overlay {
     }
 }
 
+/// The held writes: the open overlay and, while a flush writes it, the frozen window.
+#[derive(Debug, Default)]
+struct Held {
+    holding: bool,
+    /// Writes since the last `freeze` (or since holding started).
+    active: Overlay,
+    /// The window a flush is writing: readable until its batch returned `Ok`.
+    frozen: Option<Arc<Overlay>>,
+}
+
 /// A database whose writes can be held in memory and written at flush points.
 #[derive(Debug)]
 pub struct HoldingDb<D> {
     inner: D,
-    overlay: RwLock<Overlay>,
-    /// Serializes writers, so no write lands between `write_held`'s batch and its clearing.
+    held: RwLock<Held>,
+    /// Serializes writers and flushes of the frozen window against `freeze`, so a window is
+    /// never replaced while it is being written.
     write_lock: Mutex<()>,
+    /// Held by `write_frozen` for the whole synced write: one window written at a time.
+    flush_lock: Mutex<()>,
     poison: Poison,
 }
 
@@ -73,8 +89,9 @@ impl<D: Db> HoldingDb<D> {
     pub fn new(inner: D) -> Self {
         HoldingDb {
             inner,
-            overlay: RwLock::default(),
+            held: RwLock::default(),
             write_lock: Mutex::new(()),
+            flush_lock: Mutex::new(()),
             poison: Poison::default(),
         }
     }
@@ -87,37 +104,48 @@ impl<D: Db> HoldingDb<D> {
     /// Starts holding writes.
     pub fn hold(&self) -> Result<()> {
         self.poison.check(self.inner.name())?;
-        self.overlay.write().expect("overlay lock").holding = true;
+        self.held.write().expect("held lock").holding = true;
         Ok(())
     }
 
-    /// Stops holding; the overlay must be empty (take a flush point first).
+    /// Stops holding; nothing may be held or frozen (take a flush point first).
     pub fn stop_holding(&self) -> Result<()> {
         self.poison.check(self.inner.name())?;
-        let mut o = self.overlay.write().expect("overlay lock");
+        let mut h = self.held.write().expect("held lock");
         assert!(
-            o.map.is_empty(),
-            "invariant: holding stops only with an empty overlay ({} keys held in {})",
-            o.map.len(),
+            h.active.map.is_empty() && h.frozen.is_none(),
+            "invariant: holding stops only with nothing held ({} keys held, a window frozen: {}) in {}",
+            h.active.map.len(),
+            h.frozen.is_some(),
             self.inner.name()
         );
-        o.holding = false;
+        h.holding = false;
         Ok(())
     }
 
     /// True while writes are held.
     pub fn is_holding(&self) -> bool {
-        self.overlay.read().expect("overlay lock").holding
+        self.held.read().expect("held lock").holding
     }
 
-    /// Exact key and value bytes held.
+    /// Exact key and value bytes held in the open overlay (a frozen window not included).
     pub fn held_bytes(&self) -> u64 {
-        self.overlay.read().expect("overlay lock").held_bytes
+        self.held.read().expect("held lock").active.held_bytes
     }
 
-    /// Keys held.
+    /// Key and value bytes of the frozen window being written (0 when none).
+    pub fn frozen_bytes(&self) -> u64 {
+        self.held
+            .read()
+            .expect("held lock")
+            .frozen
+            .as_ref()
+            .map_or(0, |f| f.held_bytes)
+    }
+
+    /// Keys held in the open overlay.
     pub fn held_keys(&self) -> usize {
-        self.overlay.read().expect("overlay lock").map.len()
+        self.held.read().expect("held lock").active.map.len()
     }
 
     /// True once a write failed.
@@ -129,34 +157,67 @@ impl<D: Db> HoldingDb<D> {
     ///
     /// `Ok`: every held write is durable and the overlay is empty. With nothing held, nothing
     /// is written (no fsync). `Err`: the batch may or may not be durable; the database is
-    /// poisoned and the overlay is kept (but unreadable through the poison).
+    /// poisoned and the held writes are kept (but unreadable through the poison).
     pub fn write_held(&self) -> Result<HeldWrite> {
+        self.freeze()?;
+        self.write_frozen()
+    }
+
+    /// Moves the overlay to the frozen window, so a flush can write it while later writes
+    /// start a new overlay. Reads keep seeing it until [`HoldingDb::write_frozen`] returned
+    /// `Ok`. Returns what was frozen (nothing held: nothing frozen).
+    ///
+    /// At most one window is in flight: freezing while a frozen window is still unwritten
+    /// returns `Error::InvalidInput` and changes nothing (the node waits for the window
+    /// before freezing the next one).
+    pub fn freeze(&self) -> Result<HeldWrite> {
         let _w = self.write_lock.lock().expect("write lock");
         self.poison.check(self.inner.name())?;
-        let batch = {
-            let o = self.overlay.read().expect("overlay lock");
-            let mut b = Batch::new();
-            for (k, v) in &o.map {
-                match v {
-                    Some(v) => b.push(Op::Put(k.clone(), v.clone())),
-                    None => b.push(Op::Delete(k.clone())),
-                };
-            }
-            b
-        };
-        if batch.is_empty() {
+        let mut h = self.held.write().expect("held lock");
+        if h.frozen.is_some() {
+            return Err(Error::InvalidInput(format!(
+                "{}: a frozen window is still being written; write it before freezing another",
+                self.inner.name()
+            )));
+        }
+        if h.active.map.is_empty() {
             return Ok(HeldWrite::default());
+        }
+        let window = std::mem::take(&mut h.active);
+        let frozen = HeldWrite {
+            ops: window.map.len() as u64,
+            bytes: window.held_bytes,
+        };
+        h.frozen = Some(Arc::new(window));
+        Ok(frozen)
+    }
+
+    /// Writes the frozen window as one `Synced` batch, then drops it. Callable from any
+    /// thread while writes go on into the new overlay.
+    ///
+    /// `Ok`: the window is durable (nothing frozen: nothing written, no fsync). `Err`: the
+    /// batch may or may not be durable; the database is poisoned and the window is kept.
+    pub fn write_frozen(&self) -> Result<HeldWrite> {
+        let _f = self.flush_lock.lock().expect("flush lock");
+        self.poison.check(self.inner.name())?;
+        let Some(window) = self.held.read().expect("held lock").frozen.clone() else {
+            return Ok(HeldWrite::default());
+        };
+        let mut batch = Batch::new();
+        for (k, v) in &window.map {
+            match v {
+                Some(v) => batch.push(Op::Put(k.clone(), v.clone())),
+                None => batch.push(Op::Delete(k.clone())),
+            };
         }
         if let Err(e) = self.inner.write(&batch, Durability::Synced) {
             self.poison.set(&e);
             return Err(e);
         }
-        // Drop the overlay only now that the batch is durable: before this line a crash or
-        // error must still find every held write in memory or on disk.
-        let mut o = self.overlay.write().expect("overlay lock");
-        o.map.clear();
-        o.index.clear();
-        o.held_bytes = 0;
+        // Crash: a cut before this line leaves the window on disk or not (one synced batch),
+        // and in memory either way. Drop it only now that it is durable: readers fall
+        // through to the disk, which has it.
+        self.held.write().expect("held lock").frozen = None;
         Ok(HeldWrite {
             ops: batch.len() as u64,
             bytes: batch.byte_size(),
@@ -176,6 +237,51 @@ impl<D: Db> HoldingDb<D> {
     }
 }
 
+/// The entries of `o` in `range`, in `direction` order.
+fn held_range(o: &Overlay, range: &KeyRange, direction: Direction) -> Vec<(Bytes, Option<Bytes>)> {
+    if o.map.is_empty() {
+        return Vec::new();
+    }
+    let it = o.map.range::<[u8], _>(range.as_ref_bounds());
+    match direction {
+        Direction::Forward => it.map(|(k, v)| (k.clone(), v.clone())).collect(),
+        Direction::Reverse => it.rev().map(|(k, v)| (k.clone(), v.clone())).collect(),
+    }
+}
+
+/// Merges two held lists in `direction` order; `newer` wins on equal keys.
+fn merge_held(
+    newer: Vec<(Bytes, Option<Bytes>)>,
+    older: Vec<(Bytes, Option<Bytes>)>,
+    direction: Direction,
+) -> Vec<(Bytes, Option<Bytes>)> {
+    if older.is_empty() {
+        return newer;
+    }
+    if newer.is_empty() {
+        return older;
+    }
+    let mut out = Vec::with_capacity(newer.len() + older.len());
+    let (mut n, mut o) = (newer.into_iter().peekable(), older.into_iter().peekable());
+    loop {
+        let take_newer = match (n.peek(), o.peek()) {
+            (None, None) => return out,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some((nk, _)), Some((ok, _))) => match (nk.cmp(ok), direction) {
+                (std::cmp::Ordering::Equal, _) => {
+                    o.next();
+                    true
+                }
+                (std::cmp::Ordering::Less, Direction::Forward)
+                | (std::cmp::Ordering::Greater, Direction::Reverse) => true,
+                _ => false,
+            },
+        };
+        out.push(if take_newer { n.next() } else { o.next() }.expect("peeked"));
+    }
+}
+
 impl<D: Db> Db for HoldingDb<D> {
     fn name(&self) -> &str {
         self.inner.name()
@@ -184,28 +290,35 @@ impl<D: Db> Db for HoldingDb<D> {
     fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
         self.poison.check(self.inner.name())?;
         {
-            let o = self.overlay.read().expect("overlay lock");
-            if let Some(v) = o.index.get(key) {
+            let h = self.held.read().expect("held lock");
+            if let Some(v) = h.active.index.get(key) {
+                return Ok(v.clone());
+            }
+            if let Some(v) = h.frozen.as_ref().and_then(|f| f.index.get(key)) {
                 return Ok(v.clone());
             }
         }
+        // Crash: none. A window dropped between the check above and this read is already in
+        // the disk's committed state (it is dropped only after its batch returned `Ok`).
         self.inner.get(key)
     }
 
     fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
         self.poison.check(self.inner.name())?;
-        let held: Vec<(Bytes, Option<Bytes>)> = {
-            let o = self.overlay.read().expect("overlay lock");
-            if o.map.is_empty() || range.is_empty() {
-                Vec::new()
-            } else {
-                let it = o.map.range::<[u8], _>(range.as_ref_bounds());
-                match direction {
-                    Direction::Forward => it.map(|(k, v)| (k.clone(), v.clone())).collect(),
-                    Direction::Reverse => it.rev().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                }
-            }
+        let held = if range.is_empty() {
+            Vec::new()
+        } else {
+            let h = self.held.read().expect("held lock");
+            let active = held_range(&h.active, &range, direction);
+            let frozen = h
+                .frozen
+                .as_ref()
+                .map(|f| held_range(f, &range, direction))
+                .unwrap_or_default();
+            merge_held(active, frozen, direction)
         };
+        // The disk iterator is opened after the held entries were copied: a window written
+        // in between is then in both, and the held copy (the same value) wins.
         let disk = self.inner.range(range, direction)?;
         if held.is_empty() {
             return Ok(disk);
@@ -221,13 +334,18 @@ impl<D: Db> Db for HoldingDb<D> {
         let _w = self.write_lock.lock().expect("write lock");
         self.poison.check(self.inner.name())?;
         {
-            let mut o = self.overlay.write().expect("overlay lock");
-            if o.holding {
+            let mut h = self.held.write().expect("held lock");
+            if h.holding {
                 for op in batch.ops() {
-                    o.apply(op);
+                    h.active.apply(op);
                 }
                 return Ok(());
             }
+            assert!(
+                h.frozen.is_none(),
+                "invariant: no write passes a frozen window of {} to the disk",
+                self.inner.name()
+            );
         }
         if let Err(e) = self.inner.write(batch, durability) {
             self.poison.set(&e);
@@ -238,6 +356,35 @@ impl<D: Db> Db for HoldingDb<D> {
 
     fn disk_size_bytes(&self) -> Result<u64> {
         self.inner.disk_size_bytes()
+    }
+}
+
+/// A store whose held writes a flush thread can write beside new writes: the node freezes
+/// the window on its own thread, a flush thread writes it. Implemented by [`HoldingDb`];
+/// an [`crate::App`] whose storage is one returns it from [`crate::App::held_store`].
+pub trait HeldStore: Send + Sync + std::fmt::Debug {
+    /// The store's name (for errors).
+    fn store_name(&self) -> &str;
+    /// See [`HoldingDb::freeze`].
+    fn freeze(&self) -> Result<HeldWrite>;
+    /// See [`HoldingDb::write_frozen`].
+    fn write_frozen(&self) -> Result<HeldWrite>;
+    /// See [`HoldingDb::frozen_bytes`].
+    fn frozen_bytes(&self) -> u64;
+}
+
+impl<D: Db> HeldStore for HoldingDb<D> {
+    fn store_name(&self) -> &str {
+        self.inner.name()
+    }
+    fn freeze(&self) -> Result<HeldWrite> {
+        HoldingDb::freeze(self)
+    }
+    fn write_frozen(&self) -> Result<HeldWrite> {
+        HoldingDb::write_frozen(self)
+    }
+    fn frozen_bytes(&self) -> u64 {
+        HoldingDb::frozen_bytes(self)
     }
 }
 
@@ -363,6 +510,96 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         assert_eq!(rev, want);
+    }
+
+    #[test]
+    fn a_frozen_window_is_read_between_the_overlay_and_the_disk_until_written() {
+        let d = db();
+        for k in ["a", "c", "e", "g"] {
+            put(&d, k, "disk");
+        }
+        d.hold().unwrap();
+        put(&d, "b", "frozen");
+        put(&d, "c", "frozen");
+        let mut del = Batch::new();
+        del.delete(&b"e"[..]);
+        d.write(&del, Durability::Synced).unwrap();
+        let frozen = d.freeze().unwrap();
+        assert_eq!(frozen.ops, 3);
+        assert_eq!(d.held_bytes(), 0, "the overlay is empty after a freeze");
+        assert_eq!(d.frozen_bytes(), 1 + 6 + 1 + 6 + 1);
+        // Later writes go to a new overlay and shadow the frozen window.
+        put(&d, "c", "active");
+        put(&d, "e", "active");
+        let mut del = Batch::new();
+        del.delete(&b"g"[..]);
+        d.write(&del, Durability::Synced).unwrap();
+        let want = [
+            ("a", "disk"),
+            ("b", "frozen"),
+            ("c", "active"),
+            ("e", "active"),
+        ];
+        let read = |dir| -> Vec<(String, String)> {
+            collect_range(&d, KeyRange::all(), dir)
+                .unwrap()
+                .into_iter()
+                .map(|(k, v)| {
+                    (
+                        String::from_utf8(k.to_vec()).unwrap(),
+                        String::from_utf8(v.to_vec()).unwrap(),
+                    )
+                })
+                .collect()
+        };
+        let fwd: Vec<_> = want
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(read(Direction::Forward), fwd);
+        let mut rev = fwd.clone();
+        rev.reverse();
+        assert_eq!(read(Direction::Reverse), rev);
+        assert_eq!(d.get(b"b").unwrap().unwrap(), &b"frozen"[..]);
+        assert_eq!(d.get(b"c").unwrap().unwrap(), &b"active"[..]);
+        assert_eq!(d.get_durable(b"b").unwrap(), None, "frozen is not durable");
+        assert!(
+            matches!(d.freeze(), Err(Error::InvalidInput(_))),
+            "one window in flight"
+        );
+        let synced = d.inner().counts().synced_batches;
+        let w = d.write_frozen().unwrap();
+        assert_eq!((w.ops, d.inner().counts().synced_batches), (3, synced + 1));
+        assert_eq!(d.frozen_bytes(), 0);
+        assert_eq!(d.get_durable(b"b").unwrap().unwrap(), &b"frozen"[..]);
+        assert_eq!(
+            d.get_durable(b"e").unwrap(),
+            None,
+            "the frozen delete is on disk"
+        );
+        assert_eq!(
+            read(Direction::Forward),
+            fwd,
+            "reads unchanged by the write"
+        );
+        assert_eq!(
+            d.write_frozen().unwrap(),
+            HeldWrite::default(),
+            "nothing frozen"
+        );
+    }
+
+    #[test]
+    fn a_failed_frozen_write_poisons_and_keeps_the_window() {
+        use crate::testing::{FailAfter, FailingDb};
+        let d = HoldingDb::new(FailingDb::new(MemoryDb::new("t"), FailAfter::new(0)));
+        d.hold().unwrap();
+        put(&d, "k", "v");
+        d.freeze().unwrap();
+        assert!(d.write_frozen().is_err());
+        assert!(d.is_poisoned());
+        assert_eq!(d.frozen_bytes(), 2, "the window is kept");
+        assert!(matches!(d.get(b"k"), Err(Error::Poisoned { .. })));
     }
 
     /// A database reporting a fixed on-disk size, to see it pass through.

@@ -20,6 +20,22 @@ pub const FLUSH_BYTES_MAX: u64 = 64 * 1024 * 1024;
 
 const _: () = assert!(FLUSH_BYTES_MAX >= 2 * crate::types::BLOCK_PART_SIZE_BYTES as u64 * 16);
 
+impl FlushTrigger {
+    /// True for triggers whose flush point must be durable before the call that took it
+    /// returns: the halt height and the app's request (the halt param must be on disk before
+    /// the node acts on it), the switch to consensus (no consensus block over a held window)
+    /// and a clean stop.
+    pub fn waits_for_durability(self) -> bool {
+        matches!(
+            self,
+            FlushTrigger::HaltHeight
+                | FlushTrigger::AppRequest
+                | FlushTrigger::SwitchToConsensus
+                | FlushTrigger::Stop
+        )
+    }
+}
+
 /// Why a flush point was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[non_exhaustive]
@@ -49,6 +65,14 @@ pub struct FlushPolicy {
     pub held_bytes_max: u64,
     /// Most blocks in one window (`None`: no limit). Tests use it for exact windows.
     pub window_blocks_max: Option<u64>,
+    /// Background flush points: a flush point freezes the window and a flush thread writes
+    /// it (same order, same synced batches) while the next window executes; at most one
+    /// window is in flight, and a flush point due while one is in flight waits for it
+    /// (memory stays within two windows). The interval trigger does not wait: it is taken
+    /// once the window in flight is durable. Halt height, app request, switch and stop are
+    /// always durable when their call returns. Needs an app with
+    /// [`crate::App::held_store`]; otherwise flush points stay synchronous.
+    pub background: bool,
 }
 
 impl Default for FlushPolicy {
@@ -57,6 +81,7 @@ impl Default for FlushPolicy {
             interval: FLUSH_INTERVAL,
             held_bytes_max: FLUSH_BYTES_MAX,
             window_blocks_max: None,
+            background: false,
         }
     }
 }
@@ -114,9 +139,14 @@ pub struct FlushReport {
     pub to: u64,
     /// Key and value bytes written, over the three databases.
     pub bytes: u64,
-    /// Wall time of the flush point.
+    /// Wall time of the flush point: from freezing the window to its last synced batch
+    /// (for a background flush point, time the block loop did not wait for).
     #[serde(skip)]
     pub duration: Duration,
+    /// How long the block loop waited for this flush point: the whole flush for a
+    /// synchronous one; for a background one, only the wait for the window in flight.
+    #[serde(skip)]
+    pub loop_wait: Duration,
 }
 
 /// The deferral state the node keeps between flush points.

@@ -6,6 +6,8 @@
 //! write poisons the store (every later call returns `Error::Poisoned`).
 //! Invariant: blocks are contiguous: an empty store takes any first height ≥ 1, then only
 //! height + 1; a rejected block writes nothing.
+//! Invariant: a saved part set is the block's own encoding, byte for byte (checked before
+//! anything is staged).
 
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -24,6 +26,42 @@ use crate::types::{
 /// size stays small (a 1 MiB block is ~16 parts) and one prune call cannot hold the writer
 /// for long, while the fsync cost is amortized over many blocks.
 pub const PRUNE_BATCH_BLOCKS: u64 = 256;
+
+/// Checks that `parts` (complete) are `block`'s own encoding, byte for byte: a part set of
+/// another block (or a damaged one) would be stored under this block's height and hash, and
+/// reported as corruption only when read back. Costs one encoding and one comparison.
+fn check_parts_encode(block: &Block, parts: &PartSet) -> Result<()> {
+    let encoded = block.encode();
+    let mut offset = 0usize;
+    for i in 0..parts.total() {
+        let part = parts
+            .part(i)
+            .expect("invariant: checked after completeness");
+        let end = offset + part.len();
+        let want = encoded.get(offset..end.min(encoded.len())).unwrap_or(&[]);
+        if want != part.as_ref() {
+            let first = want
+                .iter()
+                .zip(part.iter())
+                .position(|(a, b)| a != b)
+                .unwrap_or(want.len().min(part.len()));
+            return Err(Error::PartSetMismatch {
+                height: block.height(),
+                offset: (offset + first) as u64,
+                block_size: encoded.len() as u64,
+            });
+        }
+        offset = end;
+    }
+    if offset != encoded.len() {
+        return Err(Error::PartSetMismatch {
+            height: block.height(),
+            offset: offset as u64,
+            block_size: encoded.len() as u64,
+        });
+    }
+    Ok(())
+}
 
 /// The block store over any [`Db`].
 #[derive(Debug)]
@@ -103,6 +141,7 @@ impl BlockStore {
                 total: parts.total(),
             });
         }
+        check_parts_encode(block, parts)?;
         let hash = block.hash();
         if seen_commit.height != h || seen_commit.block_hash != hash {
             return Err(Error::InvalidInput(format!(

@@ -73,6 +73,10 @@ pub struct SyncArgs {
     /// Print one JSON object instead of the human summary.
     #[arg(long)]
     pub json: bool,
+    /// Take flush points on the block loop's thread, stopping it while they write (by
+    /// default a flush thread writes each window while the next one executes).
+    #[arg(long)]
+    pub sync_flush: bool,
     /// Test knob: also take a flush point every this many blocks (crash-test uses it).
     #[arg(long, hide = true)]
     pub flush_every: Option<u64>,
@@ -144,6 +148,26 @@ pub struct FsyncsPerBlock {
     pub sync_data_overall: f64,
 }
 
+/// One flush point of the run, as the block loop saw it complete.
+#[derive(Debug, Serialize)]
+pub struct FlushJson {
+    /// Why it was taken (the last trigger, when one call completed two windows).
+    pub trigger: flushpoint::FlushTrigger,
+    /// Blocks `from + 1..=to` became durable.
+    pub from: u64,
+    /// See `from`.
+    pub to: u64,
+    /// Key and value bytes written.
+    pub bytes: u64,
+    /// Seconds from freezing the window to its last synced batch.
+    pub duration_s: f64,
+    /// Seconds the block loop waited for it (all of `duration_s` for a synchronous flush
+    /// point; for a background one, only the wait for the window in flight).
+    pub loop_wait_s: f64,
+    /// Seconds since the run started, when the loop saw it complete.
+    pub at_s: f64,
+}
+
 /// The three heights.
 #[derive(Debug, Serialize, Clone, Copy, PartialEq, Eq)]
 pub struct HeightsJson {
@@ -203,6 +227,10 @@ pub struct SyncSummary {
     pub fsyncs_per_block: FsyncsPerBlock,
     /// Flush points taken.
     pub flush_points: u64,
+    /// Seconds the block loop stood still in flush points (sum of `loop_wait_s`).
+    pub flush_loop_wait_s: f64,
+    /// Every flush point the run completed, in order.
+    pub flush_timeline: Vec<FlushJson>,
     /// Key and value bytes written, over the three databases.
     pub bytes_written: u64,
     /// Per database.
@@ -431,9 +459,26 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     let s0 = snap3(&meters);
     let t0 = Instant::now();
     let mut progress = Progress::new(start_height, target, a.json);
+    let mut timeline: Vec<FlushJson> = Vec::new();
+    let mut record = |r: Option<flushpoint::FlushReport>| {
+        if let Some(r) = r {
+            timeline.push(FlushJson {
+                trigger: r.trigger,
+                from: r.from,
+                to: r.to,
+                bytes: r.bytes,
+                duration_s: r.duration.as_secs_f64(),
+                loop_wait_s: r.loop_wait.as_secs_f64(),
+                at_s: t0.elapsed().as_secs_f64(),
+            });
+        }
+    };
 
     // Part 1: the block-synced part, up to N.
-    let mut policy = FlushPolicy::default();
+    let mut policy = FlushPolicy {
+        background: !a.sync_flush,
+        ..FlushPolicy::default()
+    };
     if let Some(n) = a.flush_every {
         policy.window_blocks_max = Some(n);
     }
@@ -456,8 +501,8 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
             node.commit_block(&b, &parts, &c).map_err(err)?;
         } else {
             let now = Instant::now();
-            node.sync_block(&b, &parts, &c, now).map_err(err)?;
-            node.on_timer(now).map_err(err)?;
+            record(node.sync_block(&b, &parts, &c, now).map_err(err)?);
+            record(node.on_timer(now).map_err(err)?);
         }
         progress.update(
             node.height(),
@@ -466,7 +511,7 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
             node.deferred().flush_points,
         );
     }
-    node.switch_to_consensus(Instant::now()).map_err(err)?;
+    record(node.switch_to_consensus(Instant::now()).map_err(err)?);
     if let Some(p) = &probe {
         p.set_phase(Phase::Consensus);
     }
@@ -489,7 +534,7 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     let s2 = snap3(&meters);
     let flush_points = node.deferred().flush_points;
     let peak_held_bytes = node.deferred().peak_held_bytes;
-    node.stop(Instant::now()).map_err(err)?;
+    record(node.stop(Instant::now()).map_err(err)?);
     let elapsed = t0.elapsed();
     progress.finish();
     let s3 = snap3(&meters);
@@ -562,6 +607,8 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
             sync_data_overall: per(sync_data, blocks),
         },
         flush_points,
+        flush_loop_wait_s: timeline.iter().map(|f| f.loop_wait_s).sum(),
+        flush_timeline: timeline,
         bytes_written,
         databases,
         peak_held_bytes,
@@ -605,8 +652,29 @@ fn print_human(s: &SyncSummary) {
         s.fsyncs_per_block.sync_data_overall
     );
     println!(
-        "flush points: {}; bytes written: {}; peak held: {}; peak RSS: {}",
+        "flush points: {}; the block loop waited {:.2} s for them ({:.0}% of the run)",
         s.flush_points,
+        s.flush_loop_wait_s,
+        if s.elapsed_s > 0.0 {
+            100.0 * s.flush_loop_wait_s / s.elapsed_s
+        } else {
+            0.0
+        }
+    );
+    for f in &s.flush_timeline {
+        println!(
+            "  flush point {:>7}..={:<7} {:?}: {} in {:.2} s, loop waited {:.2} s (at {:.2} s)",
+            f.from + 1,
+            f.to,
+            f.trigger,
+            human_bytes(f.bytes),
+            f.duration_s,
+            f.loop_wait_s,
+            f.at_s
+        );
+    }
+    println!(
+        "bytes written: {}; peak held: {}; peak RSS: {}",
         human_bytes(s.bytes_written),
         human_bytes(s.peak_held_bytes),
         human_bytes(s.peak_rss_bytes)
