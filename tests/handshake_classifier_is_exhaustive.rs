@@ -206,10 +206,13 @@ fn a_stale_record_never_rolls_forward() {
     assert!(stale > 0);
 }
 
+/// A classifier under test.
+type Classifier = Box<dyn Fn(&Observed) -> Outcome>;
+
 /// The comparison rejects a classifier that is wrong on a few shapes only.
 #[test]
 fn comparison_rejects_wrong_classifiers() {
-    let wrong: [(&str, Box<dyn Fn(&Observed) -> Outcome>); 5] = [
+    let wrong: [(&str, Classifier); 5] = [
         (
             "accepts S = from + 1 inside a flush record",
             Box::new(|o: &Observed| match o.record {
