@@ -3,6 +3,13 @@
 //! point and range, both directions, any bounds), for `held_bytes`, and across hold,
 //! `write_held` and `stop_holding`. And: a failed `write_held` poisons the database for good
 //! and keeps the overlay.
+//!
+//! The checker (`check`) runs over the `Subject` trait, so `Lying` — a `HoldingDb` that
+//! tells one lie (a wrong value, a dropped or reordered range entry, the overlay leaking
+//! into a durable read, miscounted held bytes, keys or `write_held` ops, a held write on
+//! the disk, an ignored `hold`) — is fed to it and must be rejected, by a hand-written
+//! sequence and by the seeded random search. Seeds: `FLUSHPOINT_SEED=<n>` (printed; fixed
+//! default, never the clock).
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
