@@ -500,8 +500,11 @@ mod model {
 
     /// Longest op sequence per case.
     const OPS_MAX: u64 = 40;
-    /// Env var that replays one seed of the seeded model test.
-    const SEED_ENV: &str = "FLUSHPOINT_MODEL_SEED";
+    /// Env var that replays one seed of the seeded model test (the project's one seed
+    /// variable).
+    const SEED_ENV: &str = "FLUSHPOINT_SEED";
+    /// The seed of a run without `FLUSHPOINT_SEED`.
+    const SEED_DEFAULT: u64 = 0x00f1_5400;
 
     #[derive(Debug, Clone)]
     pub enum ModelOp {
@@ -727,15 +730,10 @@ mod model {
 
     /// quickcheck explores op sequences and shrinks a failure to a short one, which it
     /// prints. The generator is seeded: the seed is printed first, and
-    /// `FLUSHPOINT_MODEL_SEED=<seed>` replays the run (shrinking included).
+    /// `FLUSHPOINT_SEED=<seed>` replays the run (shrinking included).
     pub fn check_quickcheck(make: fn() -> Fixture, cases: u64) {
-        let seed = match std::env::var(SEED_ENV) {
-            Ok(s) => s.parse().expect("FLUSHPOINT_MODEL_SEED is a u64"),
-            Err(_) => std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .expect("clock after 1970")
-                .as_nanos() as u64,
-        };
+        // A fixed default, never the clock: a plain run is reproducible.
+        let seed = seed();
         eprintln!("model seed {seed} (replay: {SEED_ENV}={seed})");
         MAKE.with(|m| m.set(Some(make)));
         QuickCheck::new()
@@ -743,5 +741,129 @@ mod model {
             .max_tests(cases)
             .rng(Gen::from_size_and_seed(OPS_MAX as usize, seed))
             .quickcheck(prop as fn(Vec<ModelOp>) -> TestResult);
+    }
+
+    /// One wrong answer a `Db` could give.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Lie {
+        /// `get` returns the value with one extra byte.
+        WrongValue,
+        /// `contains` says no for a key that is there.
+        ContainsMissesKey,
+        /// A range drops its last entry.
+        RangeDropsKey,
+        /// A range comes back in the other direction.
+        RangeWrongDirection,
+        /// A batch applies its ops in reverse (an earlier op on a key wins).
+        BatchFirstOpWins,
+        /// A delete is ignored.
+        DeleteIgnored,
+    }
+
+    /// Every lie.
+    pub const LIES: [Lie; 6] = [
+        Lie::WrongValue,
+        Lie::ContainsMissesKey,
+        Lie::RangeDropsKey,
+        Lie::RangeWrongDirection,
+        Lie::BatchFirstOpWins,
+        Lie::DeleteIgnored,
+    ];
+
+    /// A `MemoryDb` that tells one lie.
+    #[derive(Debug)]
+    pub struct Lying {
+        pub inner: MemoryDb,
+        pub lie: Lie,
+    }
+
+    impl Db for Lying {
+        fn name(&self) -> &str {
+            self.inner.name()
+        }
+        fn get(&self, key: &[u8]) -> flushpoint::Result<Option<Bytes>> {
+            let v = self.inner.get(key)?;
+            Ok(match (self.lie, v) {
+                (Lie::WrongValue, Some(v)) => Some([&v[..], &[0u8][..]].concat().into()),
+                (_, v) => v,
+            })
+        }
+        fn contains(&self, key: &[u8]) -> flushpoint::Result<bool> {
+            Ok(self.lie != Lie::ContainsMissesKey && self.inner.contains(key)?)
+        }
+        fn range(
+            &self,
+            range: KeyRange,
+            direction: Direction,
+        ) -> flushpoint::Result<flushpoint::DbIter<'_>> {
+            let mut v = collect_range(&self.inner, range, direction)?;
+            match self.lie {
+                Lie::RangeDropsKey => {
+                    v.pop();
+                }
+                Lie::RangeWrongDirection => v.reverse(),
+                _ => {}
+            }
+            Ok(Box::new(v.into_iter().map(Ok)))
+        }
+        fn write(&self, batch: &Batch, durability: Durability) -> flushpoint::Result<()> {
+            let mut ops: Vec<flushpoint::Op> = batch.ops().to_vec();
+            match self.lie {
+                Lie::BatchFirstOpWins => ops.reverse(),
+                Lie::DeleteIgnored => ops.retain(|op| matches!(op, flushpoint::Op::Put(..))),
+                _ => {}
+            }
+            let mut b = Batch::new();
+            for op in ops {
+                match op {
+                    flushpoint::Op::Put(k, v) => b.put(k, v),
+                    flushpoint::Op::Delete(k) => b.delete(k),
+                };
+            }
+            self.inner.write(&b, durability)
+        }
+    }
+
+    /// Searches seeded random op sequences for one on which `run` rejects `lie`; returns
+    /// the case number and the checker's message.
+    pub fn find_lie(lie: Lie, seed: u64, cases: u64) -> Option<(u64, String)> {
+        let mut g = Gen::from_size_and_seed(OPS_MAX as usize, seed);
+        (0..cases).find_map(|case| {
+            let ops = Vec::<ModelOp>::arbitrary(&mut g);
+            let mut f = Fixture {
+                db: Some(Box::new(Lying {
+                    inner: MemoryDb::new("liar"),
+                    lie,
+                })),
+                dir: None,
+            };
+            run(&mut f, &ops).err().map(|e| (case, e))
+        })
+    }
+
+    /// The seed of a run (`FLUSHPOINT_SEED`, else the fixed default).
+    pub fn seed() -> u64 {
+        match std::env::var(SEED_ENV) {
+            Ok(s) => s
+                .parse()
+                .unwrap_or_else(|_| panic!("{SEED_ENV}={s:?} is not a u64")),
+            Err(_) => SEED_DEFAULT,
+        }
+    }
+}
+
+/// The model checker rejects a `Db` that lies: each lie is found by the same seeded search.
+#[test]
+fn model_rejects_every_lying_db() {
+    let seed = model::seed();
+    println!("lie search: seed {seed} (replay with FLUSHPOINT_SEED={seed})");
+    for lie in model::LIES {
+        match model::find_lie(lie, seed, 500) {
+            Some((case, e)) => {
+                let e: String = e.chars().take(120).collect();
+                println!("{lie:?}: rejected by random case {case}: {e}…");
+            }
+            None => panic!("500 random cases never caught {lie:?}"),
+        }
     }
 }

@@ -3,13 +3,22 @@
 //! point and range, both directions, any bounds), for `held_bytes`, and across hold,
 //! `write_held` and `stop_holding`. And: a failed `write_held` poisons the database for good
 //! and keeps the overlay.
+//!
+//! The checker (`check`) runs over the `Subject` trait, so `Lying` — a `HoldingDb` that
+//! tells one lie (a wrong value, a dropped or reordered range entry, the overlay leaking
+//! into a durable read, miscounted held bytes, keys or `write_held` ops, a held write on
+//! the disk, an ignored `hold`) — is fed to it and must be rejected, by a hand-written
+//! sequence and by the seeded random search. Seeds: `FLUSHPOINT_SEED=<n>` (printed; fixed
+//! default, never the clock).
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use bytes::Bytes;
 use flushpoint::testing::{FailAfter, FailingDb};
-use flushpoint::{Batch, Db, Direction, Durability, Error, HoldingDb, KeyRange, MemoryDb};
+use flushpoint::{
+    Batch, Db, Direction, Durability, Error, HeldWrite, HoldingDb, KeyRange, MemoryDb,
+};
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 
 /// Keys from a small alphabet, so operations collide on the same keys often.
@@ -164,9 +173,74 @@ fn dir(reverse: bool) -> Direction {
     }
 }
 
-/// Runs `steps` against both; returns the first divergence.
+/// What the checker asks of a holding database. `HoldingDb<MemoryDb>` answers it; `Lying`
+/// answers it wrongly on purpose, to show the checker rejects wrong answers.
+trait Subject {
+    fn write(&self, b: &Batch, d: Durability) -> flushpoint::Result<()>;
+    fn get(&self, k: &[u8]) -> flushpoint::Result<Option<Vec<u8>>>;
+    fn get_durable(&self, k: &[u8]) -> flushpoint::Result<Option<Vec<u8>>>;
+    fn range(&self, r: KeyRange, d: Direction) -> Result<Entries, String>;
+    fn range_durable(&self, r: KeyRange, d: Direction) -> Result<Entries, String>;
+    fn hold(&self) -> flushpoint::Result<()>;
+    fn write_held(&self) -> flushpoint::Result<HeldWrite>;
+    fn stop_holding(&self) -> flushpoint::Result<()>;
+    fn is_holding(&self) -> bool;
+    fn held_bytes(&self) -> u64;
+    fn held_keys(&self) -> usize;
+    /// The inner database's whole contents (the disk).
+    fn disk(&self) -> Result<Entries, String>;
+}
+
+impl Subject for HoldingDb<MemoryDb> {
+    fn write(&self, b: &Batch, d: Durability) -> flushpoint::Result<()> {
+        Db::write(self, b, d)
+    }
+    fn get(&self, k: &[u8]) -> flushpoint::Result<Option<Vec<u8>>> {
+        Ok(Db::get(self, k)?.map(|v| v.to_vec()))
+    }
+    fn get_durable(&self, k: &[u8]) -> flushpoint::Result<Option<Vec<u8>>> {
+        Ok(HoldingDb::get_durable(self, k)?.map(|v| v.to_vec()))
+    }
+    fn range(&self, r: KeyRange, d: Direction) -> Result<Entries, String> {
+        db_range(Db::range(self, r, d).map_err(|e| e.to_string())?)
+    }
+    fn range_durable(&self, r: KeyRange, d: Direction) -> Result<Entries, String> {
+        db_range(HoldingDb::range_durable(self, r, d).map_err(|e| e.to_string())?)
+    }
+    fn hold(&self) -> flushpoint::Result<()> {
+        HoldingDb::hold(self)
+    }
+    fn write_held(&self) -> flushpoint::Result<HeldWrite> {
+        HoldingDb::write_held(self)
+    }
+    fn stop_holding(&self) -> flushpoint::Result<()> {
+        HoldingDb::stop_holding(self)
+    }
+    fn is_holding(&self) -> bool {
+        HoldingDb::is_holding(self)
+    }
+    fn held_bytes(&self) -> u64 {
+        HoldingDb::held_bytes(self)
+    }
+    fn held_keys(&self) -> usize {
+        HoldingDb::held_keys(self)
+    }
+    fn disk(&self) -> Result<Entries, String> {
+        db_range(
+            self.inner()
+                .range(KeyRange::all(), Direction::Forward)
+                .map_err(|e| e.to_string())?,
+        )
+    }
+}
+
+/// Runs `steps` against a fresh `HoldingDb<MemoryDb>` and the model.
 fn run(steps: &[Step]) -> Result<(), String> {
-    let db = HoldingDb::new(MemoryDb::new("model"));
+    check(&HoldingDb::new(MemoryDb::new("model")), steps)
+}
+
+/// The checker: runs `steps` against both `db` and the model; returns the first divergence.
+fn check(db: &impl Subject, steps: &[Step]) -> Result<(), String> {
     let mut m = Model::default();
     for (i, step) in steps.iter().enumerate() {
         let at = |what: &str| format!("step {i} {step:?}: {what}");
@@ -198,20 +272,14 @@ fn run(steps: &[Step]) -> Result<(), String> {
                 m.write(ops);
             }
             Step::Get(k) => {
-                let got = db
-                    .get(k)
-                    .map_err(|e| at(&e.to_string()))?
-                    .map(|v| v.to_vec());
+                let got = db.get(k).map_err(|e| at(&e.to_string()))?;
                 let want = m.merged().get(k).cloned();
                 if got != want {
                     return Err(at(&format!("get: got {got:?}, model {want:?}")));
                 }
             }
             Step::GetDurable(k) => {
-                let got = db
-                    .get_durable(k)
-                    .map_err(|e| at(&e.to_string()))?
-                    .map(|v| v.to_vec());
+                let got = db.get_durable(k).map_err(|e| at(&e.to_string()))?;
                 let want = m.disk.get(k).cloned();
                 if got != want {
                     return Err(at(&format!("get_durable: got {got:?}, disk {want:?}")));
@@ -219,11 +287,7 @@ fn run(steps: &[Step]) -> Result<(), String> {
             }
             Step::Range(s, e, rev) => {
                 let r = to_range(s, e);
-                let got = db_range(
-                    db.range(r.clone(), dir(*rev))
-                        .map_err(|e| at(&e.to_string()))?,
-                )
-                .map_err(|e| at(&e))?;
+                let got = db.range(r.clone(), dir(*rev)).map_err(|e| at(&e))?;
                 let want = model_range(&m.merged(), &r, *rev);
                 if got != want {
                     return Err(at(&format!("range: got {got:?}, model {want:?}")));
@@ -231,11 +295,7 @@ fn run(steps: &[Step]) -> Result<(), String> {
             }
             Step::RangeDurable(s, e, rev) => {
                 let r = to_range(s, e);
-                let got = db_range(
-                    db.range_durable(r.clone(), dir(*rev))
-                        .map_err(|e| at(&e.to_string()))?,
-                )
-                .map_err(|e| at(&e))?;
+                let got = db.range_durable(r.clone(), dir(*rev)).map_err(|e| at(&e))?;
                 let want = model_range(&m.disk, &r, *rev);
                 if got != want {
                     return Err(at(&format!("range_durable: got {got:?}, disk {want:?}")));
@@ -282,12 +342,7 @@ fn run(steps: &[Step]) -> Result<(), String> {
             return Err(at("held_keys differs"));
         }
         // The disk is exactly the model's disk, whatever is held.
-        let disk = db_range(
-            db.inner()
-                .range(KeyRange::all(), Direction::Forward)
-                .map_err(|e| at(&e.to_string()))?,
-        )
-        .map_err(|e| at(&e))?;
+        let disk = db.disk().map_err(|e| at(&e))?;
         let want: Vec<_> = m.disk.clone().into_iter().collect();
         if disk != want {
             return Err(at(&format!("disk {disk:?} != model disk {want:?}")));
@@ -303,46 +358,209 @@ fn prop(steps: Vec<Step>) -> TestResult {
     }
 }
 
+/// The seed of the seeded tests: `FLUSHPOINT_SEED` if set, else a fixed default (never the
+/// clock, so a plain run is reproducible).
+fn seed() -> u64 {
+    match std::env::var("FLUSHPOINT_SEED") {
+        Ok(s) => s
+            .parse()
+            .unwrap_or_else(|_| panic!("FLUSHPOINT_SEED={s:?} is not a u64")),
+        Err(_) => 0x5eed_f1a5,
+    }
+}
+
 #[test]
 fn holding_db_equals_btreemap_model_of_disk_and_overlay() {
-    // Seeded: a failure prints its seed; replay with HOLDING_MODEL_SEED=<seed>.
-    let seed = std::env::var("HOLDING_MODEL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_f1a5);
-    println!("holding model seed: {seed} (replay with HOLDING_MODEL_SEED={seed})");
+    let seed = seed();
+    println!("holding model: 2000 cases, seed {seed} (replay with FLUSHPOINT_SEED={seed})");
     QuickCheck::new()
         .tests(2000)
+        .max_tests(2000)
         .rng(Gen::from_size_and_seed(60, seed))
         .quickcheck(prop as fn(Vec<Step>) -> TestResult);
 }
 
-/// A hand-written sequence the model must accept, so the property is known to exercise
-/// holding, merged reverse ranges and a flush (and fails if `run` ever stops checking).
-#[test]
-fn model_detects_a_wrong_answer() {
-    let steps = vec![
+/// One wrong answer a holding database could give.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lie {
+    /// `get` returns a value with one extra byte.
+    WrongValue,
+    /// `get` answers "absent" for a key that is there.
+    GetDropsKey,
+    /// `range` drops its last entry.
+    RangeDropsKey,
+    /// `range` swaps its first two entries.
+    RangeReordered,
+    /// `range_durable` returns the merged view (the overlay leaks into the durable read).
+    RangeDurableSeesOverlay,
+    /// `get_durable` returns the merged view.
+    GetDurableSeesOverlay,
+    /// `held_bytes` is one too many while something is held.
+    HeldBytesMiscounted,
+    /// `held_keys` is one too few while something is held.
+    HeldKeysMiscounted,
+    /// `write_held` reports one op too many.
+    WriteHeldMiscounted,
+    /// The disk already has the held writes (a held write reached the disk).
+    DiskSeesOverlay,
+    /// `hold` does not hold.
+    HoldIgnored,
+}
+
+const LIES: [Lie; 11] = [
+    Lie::WrongValue,
+    Lie::GetDropsKey,
+    Lie::RangeDropsKey,
+    Lie::RangeReordered,
+    Lie::RangeDurableSeesOverlay,
+    Lie::GetDurableSeesOverlay,
+    Lie::HeldBytesMiscounted,
+    Lie::HeldKeysMiscounted,
+    Lie::WriteHeldMiscounted,
+    Lie::DiskSeesOverlay,
+    Lie::HoldIgnored,
+];
+
+/// A `HoldingDb<MemoryDb>` that tells one lie; every other answer is the real one.
+struct Lying {
+    db: HoldingDb<MemoryDb>,
+    lie: Lie,
+}
+
+impl Subject for Lying {
+    fn write(&self, b: &Batch, d: Durability) -> flushpoint::Result<()> {
+        Subject::write(&self.db, b, d)
+    }
+    fn get(&self, k: &[u8]) -> flushpoint::Result<Option<Vec<u8>>> {
+        let v = Subject::get(&self.db, k)?;
+        Ok(match self.lie {
+            Lie::WrongValue => v.map(|mut v| {
+                v.push(0);
+                v
+            }),
+            Lie::GetDropsKey => None,
+            _ => v,
+        })
+    }
+    fn get_durable(&self, k: &[u8]) -> flushpoint::Result<Option<Vec<u8>>> {
+        match self.lie {
+            Lie::GetDurableSeesOverlay => Subject::get(&self.db, k),
+            _ => Subject::get_durable(&self.db, k),
+        }
+    }
+    fn range(&self, r: KeyRange, d: Direction) -> Result<Entries, String> {
+        let mut v = Subject::range(&self.db, r, d)?;
+        match self.lie {
+            Lie::RangeDropsKey => {
+                v.pop();
+            }
+            Lie::RangeReordered if v.len() >= 2 => v.swap(0, 1),
+            _ => {}
+        }
+        Ok(v)
+    }
+    fn range_durable(&self, r: KeyRange, d: Direction) -> Result<Entries, String> {
+        match self.lie {
+            Lie::RangeDurableSeesOverlay => Subject::range(&self.db, r, d),
+            _ => Subject::range_durable(&self.db, r, d),
+        }
+    }
+    fn hold(&self) -> flushpoint::Result<()> {
+        match self.lie {
+            Lie::HoldIgnored => Ok(()),
+            _ => Subject::hold(&self.db),
+        }
+    }
+    fn write_held(&self) -> flushpoint::Result<HeldWrite> {
+        let mut w = Subject::write_held(&self.db)?;
+        if self.lie == Lie::WriteHeldMiscounted {
+            w.ops += 1;
+        }
+        Ok(w)
+    }
+    fn stop_holding(&self) -> flushpoint::Result<()> {
+        Subject::stop_holding(&self.db)
+    }
+    fn is_holding(&self) -> bool {
+        Subject::is_holding(&self.db)
+    }
+    fn held_bytes(&self) -> u64 {
+        let n = Subject::held_bytes(&self.db);
+        match self.lie {
+            Lie::HeldBytesMiscounted if self.db.held_keys() > 0 => n + 1,
+            _ => n,
+        }
+    }
+    fn held_keys(&self) -> usize {
+        let n = Subject::held_keys(&self.db);
+        match self.lie {
+            Lie::HeldKeysMiscounted => n.saturating_sub(1),
+            _ => n,
+        }
+    }
+    fn disk(&self) -> Result<Entries, String> {
+        match self.lie {
+            Lie::DiskSeesOverlay => Subject::range(&self.db, KeyRange::all(), Direction::Forward),
+            _ => Subject::disk(&self.db),
+        }
+    }
+}
+
+/// A sequence that exercises every answer the checker compares: holding, a merged range
+/// over two keys, durable reads that differ from merged ones, and a flush.
+fn probe_steps() -> Vec<Step> {
+    vec![
         Step::Put(vec![1], vec![9]),
+        Step::Put(vec![3], vec![7]),
         Step::Hold,
         Step::Put(vec![2], vec![8]),
         Step::Delete(vec![1]),
+        Step::Get(vec![2]),
         Step::Range(Bound::Unbounded, Bound::Unbounded, true),
+        Step::RangeDurable(Bound::Unbounded, Bound::Unbounded, false),
         Step::GetDurable(vec![1]),
         Step::WriteHeld,
         Step::Get(vec![1]),
         Step::StopHolding,
-    ];
-    run(&steps).expect("model and db agree");
-    // The same database fed one write the model does not see must diverge.
-    let db = HoldingDb::new(MemoryDb::new("m"));
-    let mut b = Batch::new();
-    b.put(vec![1u8], vec![1u8]);
-    db.write(&b, Durability::Synced).unwrap();
-    assert_ne!(
-        db.get(&[1]).unwrap().map(|v| v.to_vec()),
-        Model::default().merged().get(&vec![1u8]).cloned(),
-        "a divergence is visible to the model's comparison"
-    );
+    ]
+}
+
+/// The checker accepts the real database on the probe sequence and rejects each lie.
+#[test]
+fn model_detects_a_wrong_answer() {
+    run(&probe_steps()).expect("model and the real HoldingDb agree");
+    for lie in LIES {
+        let liar = Lying {
+            db: HoldingDb::new(MemoryDb::new("liar")),
+            lie,
+        };
+        match check(&liar, &probe_steps()) {
+            Ok(()) => panic!("the checker accepted a HoldingDb that lies: {lie:?}"),
+            Err(e) => println!("{lie:?}: rejected at {e}"),
+        }
+    }
+}
+
+/// The seeded property search finds each lie too (not only the hand-written sequence).
+#[test]
+fn property_search_finds_every_lie() {
+    let seed = seed();
+    println!("lie search: seed {seed} (replay with FLUSHPOINT_SEED={seed})");
+    let mut g = Gen::from_size_and_seed(60, seed);
+    for lie in LIES {
+        let found = (0..2000).find_map(|case| {
+            let steps = Vec::<Step>::arbitrary(&mut g);
+            let liar = Lying {
+                db: HoldingDb::new(MemoryDb::new("liar")),
+                lie,
+            };
+            check(&liar, &steps).err().map(|e| (case, e))
+        });
+        match found {
+            Some((case, e)) => println!("{lie:?}: found by random case {case}: {e}"),
+            None => panic!("2000 random cases never caught {lie:?}"),
+        }
+    }
 }
 
 fn poisoned<T: std::fmt::Debug>(r: flushpoint::Result<T>, what: &str) {

@@ -3,4 +3,4 @@
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| flushpoint_fuzz::check_block(data));
+fuzz_target!(|data: &[u8]| flushpoint_fuzz::run_target("decode_block", data));

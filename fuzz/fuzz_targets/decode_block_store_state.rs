@@ -2,7 +2,6 @@
 //! `flushpoint::decode::<BlockStoreState>` and its payload codec: never panics; encode∘decode
 //! round-trips byte for byte. See `flushpoint_fuzz::check_record`.
 
-use flushpoint::*;
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| flushpoint_fuzz::check_record::<BlockStoreState>(data));
+fuzz_target!(|data: &[u8]| flushpoint_fuzz::run_target("decode_block_store_state", data));

@@ -3,4 +3,4 @@
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|input: flushpoint_fuzz::holding::Input| flushpoint_fuzz::holding::run(&input));
+fuzz_target!(|data: &[u8]| flushpoint_fuzz::run_target("holding_ops", data));

@@ -188,6 +188,17 @@ fn dir(reverse: bool) -> Direction {
     }
 }
 
+/// Turns raw fuzzer bytes into an `Input` exactly as `libfuzzer_sys::fuzz_target!` does for
+/// a typed target (too short for the size hint, or not decodable: skipped), then runs it.
+pub fn run_bytes(data: &[u8]) {
+    if data.len() < <Input as Arbitrary>::size_hint(0).0 {
+        return;
+    }
+    if let Ok(input) = Input::arbitrary_take_rest(Unstructured::new(data)) {
+        run(&input);
+    }
+}
+
 /// Runs `input` on the real stack and the model, comparing after every op.
 pub fn run(input: &Input) {
     let budget = match input.fail_after {

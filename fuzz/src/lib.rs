@@ -6,11 +6,21 @@
 //! * when decoding succeeds, encoding the value gives back exactly the input bytes
 //!   (the codec is canonical), and the framed and bare paths agree;
 //! * a framed value read under another key of the same length is rejected.
+//!
+//! `TARGETS` names every target and the one function it calls; `run_target` is what each
+//! `fuzz_targets/<name>.rs` calls. The root package's `tests/fuzz_regressions.rs` includes
+//! this file (`#[path]`) and replays the stored corpus `tests/fuzz_corpus/<name>/` through the
+//! same `run_target`, so CI checks every stored input without cargo-fuzz or libFuzzer.
+//!
+//! Invariant: nothing here depends on `libfuzzer-sys`; only the targets do.
 
 use std::fmt::Debug;
 
 use flushpoint::codec::encode_record;
-use flushpoint::{Block, Record, decode, encode};
+use flushpoint::{
+    Block, BlockMeta, BlockResults, BlockStoreState, Commit, ConsensusParams, FlushRecord,
+    HeightValue, HistoryEntry, Record, State, ValidatorSet, decode, encode,
+};
 
 /// The key every record is "stored" under.
 pub const KEY: &[u8] = b"fuzz/key";
@@ -49,3 +59,36 @@ pub fn check_block(data: &[u8]) {
 }
 
 pub mod holding;
+
+/// A target's check: panics when the property fails.
+pub type Check = fn(&[u8]);
+
+/// Every fuzz target, by the name of its file in `fuzz_targets/` (and of its corpus
+/// directory), with the function it calls on each input.
+pub const TARGETS: [(&str, Check); 11] = [
+    ("decode_block", check_block),
+    ("decode_block_meta", check_record::<BlockMeta>),
+    ("decode_block_results", check_record::<BlockResults>),
+    ("decode_block_store_state", check_record::<BlockStoreState>),
+    ("decode_commit", check_record::<Commit>),
+    ("decode_flush_record", check_record::<FlushRecord>),
+    ("decode_hash_index", check_record::<HeightValue>),
+    (
+        "decode_params_info",
+        check_record::<HistoryEntry<ConsensusParams>>,
+    ),
+    ("decode_state", check_record::<State>),
+    (
+        "decode_validators_info",
+        check_record::<HistoryEntry<ValidatorSet>>,
+    ),
+    ("holding_ops", holding::run_bytes),
+];
+
+/// Runs target `name`'s check on `data`. Panics on an unknown name.
+pub fn run_target(name: &str, data: &[u8]) {
+    match TARGETS.iter().find(|(n, _)| *n == name) {
+        Some((_, check)) => check(data),
+        None => panic!("no fuzz target named {name:?}"),
+    }
+}

@@ -1,17 +1,26 @@
 //! `flushpoint crash-test`: a real-process crash loop. Runs an uncut `sync` for reference,
 //! then on fresh homes spawns `flushpoint sync` with the same flags, SIGKILLs it at chosen
-//! moments — inside flush points (timed on the child's `@fp` markers), during the restart's
-//! recovery, or after a random delay — restarts it until a run completes, and compares the
-//! final heights and app hash with the reference.
+//! `@fp` markers — inside flush points (before, between and after the three synced
+//! writes), during the restart's recovery (before the handshake, around each repair
+//! write), between two block-synced blocks or two consensus blocks — restarts it until a
+//! run completes, and compares the final heights and app hash with the reference.
 //!
-//! Invariant: a kill is classified from what the child had printed when it died (the
-//! markers are flushed before the step they announce continues), never from the plan, so
-//! "inside a flush point" and "during recovery" count only kills that really landed there.
-//! Invariant: randomness comes from the seed alone; the seed is printed, and rerunning with
-//! it replays the same plans (timing still varies with the machine).
+//! Synchronisation, not timing: the children run with `FLUSHPOINT_TEST_MARKER_GATE=1`, so
+//! after printing each marker a child waits for a line on its stdin. The parent reads the
+//! marker, and either answers (the child goes on) or SIGKILLs the child while it waits
+//! there: every kill lands exactly at its marker, on any machine and under any load. A
+//! plan with no kill left closes the child's stdin, which lifts the gate.
+//!
+//! Invariant: a kill is classified from what the child had printed when it died, never
+//! from the plan, so "inside a flush point" and "during recovery" count only kills that
+//! really landed there.
+//! Invariant: everything but the reported times comes from the seed alone; the seed is
+//! printed, and rerunning with it replays the same kills at the same markers with the same
+//! outcomes (the gated children also run with the flush interval off, so their flush
+//! points do not depend on the clock).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -20,10 +29,11 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde::Serialize;
 
-use super::dbwrap::{CRASH_TEST_ENV, FLUSH_DELAY_ENV, MARKER};
+use super::dbwrap::{CRASH_TEST_ENV, MARKER, MARKER_GATE_ENV};
 use super::{CliError, CliResult, HOME_ENV, ProfileArg};
 
-/// A child that prints nothing for this long is hung: it is killed and the test fails.
+/// A child that prints nothing for this long is hung: it is killed and the test fails (a
+/// watchdog only; no kill is timed).
 const CHILD_SILENCE_MAX: Duration = Duration::from_secs(120);
 /// Restarts allowed in one round before giving up (each restart must make progress or hit
 /// a kill; this bounds a test that cannot finish).
@@ -53,10 +63,6 @@ pub struct CrashArgs {
     /// A flush point every this many blocks in the children (more flush points to hit).
     #[arg(long, default_value_t = 25)]
     pub flush_every: u64,
-    /// Test knob passed to the children: sleep this long after each synced write of a
-    /// flush point or a repair, so kills timed on a marker land between two steps.
-    #[arg(long, default_value_t = 2)]
-    pub flush_delay_ms: u64,
     /// Directory for the test homes [default: a new directory under the system temp dir].
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
@@ -84,12 +90,11 @@ impl Rng {
 }
 
 /// When to kill.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Trigger {
-    /// On the nth line starting with this text (counted from when the trigger is active).
+    /// At the nth marker starting with this text (counted from when the trigger is active),
+    /// while the child waits at it.
     Marker(&'static str, u32),
-    /// This long after the trigger becomes active.
-    Delay(Duration),
     /// Never (let the run complete).
     Never,
 }
@@ -105,13 +110,14 @@ struct Plan {
 #[derive(Debug, Default)]
 struct Outcome {
     killed: bool,
+    /// The marker the child was waiting at when it was killed (without `@fp`).
+    killed_at: Option<String>,
     in_flush: bool,
     in_recovery: bool,
     exit_ok: bool,
     handshake_case: Option<String>,
     found_case: Option<String>,
     json: Option<serde_json::Value>,
-    recovery_time: Option<Duration>,
     run_time: Option<Duration>,
 }
 
@@ -157,9 +163,9 @@ impl Runner<'_> {
             .args(["--flush-every", &a.flush_every.to_string()])
             .arg("--json")
             .env(CRASH_TEST_ENV, "1")
-            .env(FLUSH_DELAY_ENV, a.flush_delay_ms.to_string())
+            .env(MARKER_GATE_ENV, "1")
             .env_remove(HOME_ENV)
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(std::fs::File::create(stderr_file).map_err(
                 |e| {
@@ -177,34 +183,34 @@ impl Runner<'_> {
             .command(home, stderr_file)?
             .spawn()
             .map_err(|e| CliError::failure(format!("cannot start {}: {e}", self.exe.display())))?;
+        // The gate: one line per marker lets the child go on; dropping it lifts the gate.
+        let mut gate = child.stdin.take();
+        if plan.recovery == Trigger::Never && plan.main == Trigger::Never {
+            gate = None;
+        }
         let rx = spawn_reader(&mut child);
-        let spawned = Instant::now();
         let mut lines: Vec<(Instant, String)> = Vec::new();
         let mut after_handshake = false;
         let mut count = 0u32;
-        let mut deadline: Option<Instant> = match plan.recovery {
-            Trigger::Delay(d) => Some(spawned + d),
-            _ => None,
-        };
-        let mut killed = false;
+        let mut killed_at = None;
         loop {
-            let now = Instant::now();
-            let wait = deadline.map_or(CHILD_SILENCE_MAX, |d| d.saturating_duration_since(now));
-            match rx.recv_timeout(wait) {
+            match rx.recv_timeout(CHILD_SILENCE_MAX) {
                 Ok((t, line)) => {
+                    let body = line.strip_prefix(MARKER).map(str::trim_start);
                     let trig = if after_handshake {
                         &plan.main
                     } else {
                         &plan.recovery
                     };
-                    let body = line.strip_prefix(MARKER).map(str::trim_start);
                     if let (Trigger::Marker(m, nth), Some(b)) = (trig, body)
                         && b.starts_with(m)
                     {
                         count += 1;
                         if count == *nth {
+                            // The child is waiting at this marker for our answer: the kill
+                            // lands exactly here.
                             sigkill(&child);
-                            killed = true;
+                            killed_at = Some(b.to_string());
                             lines.push((t, line));
                             break;
                         }
@@ -212,35 +218,40 @@ impl Runner<'_> {
                     if !after_handshake && body.is_some_and(|b| b.starts_with("handshake-end")) {
                         after_handshake = true;
                         count = 0;
-                        deadline = match plan.main {
-                            Trigger::Delay(d) => Some(t + d),
-                            _ => None,
-                        };
+                        if plan.main == Trigger::Never {
+                            gate = None;
+                        }
+                    }
+                    if body.is_some()
+                        && let Some(g) = &mut gate
+                    {
+                        // A child that died on its own cannot read: ignore the error, the
+                        // reader sees the end of its output.
+                        let _ = g.write_all(b"\n").and_then(|()| g.flush());
                     }
                     lines.push((t, line));
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     sigkill(&child);
-                    if deadline.is_none() {
-                        let _ = child.wait();
-                        return Err(CliError::failure(format!(
-                            "a child `flushpoint sync` printed nothing for {} s; see {}",
-                            CHILD_SILENCE_MAX.as_secs(),
-                            stderr_file.display()
-                        )));
-                    }
-                    killed = true;
-                    break;
+                    let _ = child.wait();
+                    return Err(CliError::failure(format!(
+                        "a child `flushpoint sync` printed nothing for {} s; see {}",
+                        CHILD_SILENCE_MAX.as_secs(),
+                        stderr_file.display()
+                    )));
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
             }
         }
+        drop(gate);
         let status = child
             .wait()
             .map_err(|e| CliError::failure(format!("cannot wait for the child: {e}")))?;
         // Whatever the child printed before it died is in the pipe: read it all.
         lines.extend(rx.iter());
-        Ok(classify_lines(&lines, killed, status.success()))
+        let mut o = classify_lines(&lines, killed_at.is_some(), status.success());
+        o.killed_at = killed_at;
+        Ok(o)
     }
 }
 
@@ -279,7 +290,6 @@ fn classify_lines(lines: &[(Instant, String)], killed: bool, exit_ok: bool) -> O
     }
     o.in_flush = killed && flush_open;
     o.in_recovery = killed && rec_begin.is_some() && rec_end.is_none();
-    o.recovery_time = rec_begin.zip(rec_end).map(|(b, e)| e - b);
     o.run_time = rec_end.zip(done).map(|(b, e)| e - b);
     o
 }
@@ -296,6 +306,9 @@ struct CrashReport {
     kills_in_flush: u32,
     kills_in_recovery: u32,
     kills_other: u32,
+    /// Kills per marker kind (the marker's first word and, for flush and repair writes,
+    /// the database).
+    kills_by_marker: BTreeMap<String, u32>,
     child_runs: u32,
     rounds: u32,
     completed_runs_compared: u32,
@@ -366,8 +379,7 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
         _ => return Err(fail_child("the reference run failed")),
     };
     let _ = std::fs::remove_dir_all(&ref_home);
-    let mut run_est = r.run_time.unwrap_or(Duration::from_millis(200));
-    let mut recovery_est = Duration::from_millis(5);
+    let run_time = r.run_time.unwrap_or_default();
     if !a.json {
         println!(
             "crash-test: seed {}, chain of {} block-synced + {} consensus blocks (profile {}, a flush point every {} blocks), {} kills",
@@ -382,7 +394,7 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
             "reference (uncut): heights {}, app hash {}, {:.0} ms",
             reference["heights"],
             reference["app_hash"].as_str().unwrap_or("?"),
-            run_est.as_secs_f64() * 1000.0
+            run_time.as_secs_f64() * 1000.0
         );
     }
 
@@ -397,6 +409,7 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
         kills_in_flush: 0,
         kills_in_recovery: 0,
         kills_other: 0,
+        kills_by_marker: BTreeMap::new(),
         child_runs: 1,
         rounds: 0,
         completed_runs_compared: 0,
@@ -413,7 +426,9 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
         "flush-write-begin state",
         "flush-write-done state",
         "flush-write-begin app",
+        "flush-write-done app",
     ];
+    let recovery_markers = ["handshake-begin", "repair-write-begin", "repair-write-done"];
     let expected_flushes = (a.blocks / a.flush_every).max(1);
     let mut saved_flush_home = false;
     while rep.kills < a.kills {
@@ -436,21 +451,25 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
                 never.clone()
             } else {
                 let recovery = if restart && (prev_in_flush || rng.chance(30)) {
-                    if rng.chance(50) {
-                        Trigger::Marker("repair-write-done", 1 + rng.below(2) as u32)
+                    let m = recovery_markers[rng.below(recovery_markers.len() as u64) as usize];
+                    let nth = if m == "handshake-begin" {
+                        1
                     } else {
-                        let us = recovery_est.as_micros() as u64;
-                        Trigger::Delay(Duration::from_micros(rng.below(us.max(1))))
-                    }
+                        1 + rng.below(2) as u32
+                    };
+                    Trigger::Marker(m, nth)
                 } else {
                     Trigger::Never
                 };
-                let main = if rng.chance(70) {
+                let pick = rng.below(100);
+                let main = if pick < 70 {
                     let m = flush_markers[rng.below(flush_markers.len() as u64) as usize];
                     Trigger::Marker(m, 1 + rng.below(expected_flushes.min(4)) as u32)
+                } else if pick < 90 || a.consensus_blocks == 0 {
+                    // Between two block-synced blocks, held writes in memory.
+                    Trigger::Marker("block ", 1 + rng.below(2 * a.flush_every) as u32)
                 } else {
-                    let us = run_est.as_micros() as u64;
-                    Trigger::Delay(Duration::from_micros(rng.below(us.max(1))))
+                    Trigger::Marker("consensus-block", 1 + rng.below(a.consensus_blocks) as u32)
                 };
                 Plan { recovery, main }
             };
@@ -464,15 +483,11 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
                     *rep.repairs_by_case.entry(c.clone()).or_default() += 1;
                 }
             }
-            if let Some(t) = o.recovery_time
-                && o.handshake_case
-                    .as_deref()
-                    .is_some_and(|c| c != "consistent" && c != "fresh")
-            {
-                recovery_est = recovery_est.max(t);
-            }
             if o.killed {
                 rep.kills += 1;
+                if let Some(m) = &o.killed_at {
+                    *rep.kills_by_marker.entry(marker_kind(m)).or_default() += 1;
+                }
                 if o.in_flush {
                     rep.kills_in_flush += 1;
                     if !saved_flush_home && let Some(dst) = &a.save_flush_kill_home {
@@ -498,9 +513,6 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
                 let e = fail_child(&format!("round {}: a child run failed", rep.rounds));
                 eprintln!("flushpoint: {}", e.message);
                 break;
-            }
-            if let Some(t) = o.run_time {
-                run_est = run_est.max(t);
             }
             match o.json {
                 Some(j) => {
@@ -559,13 +571,14 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
             fmt(&rep.restarts_found_by_case)
         );
         println!("repairs completed by case: {}", fmt(&rep.repairs_by_case));
+        println!("kills by marker: {}", fmt(&rep.kills_by_marker));
         println!(
             "completed runs compared with the reference: {}; mismatches: {}; failed runs: {}; {:.1} s",
             rep.completed_runs_compared, rep.mismatches, rep.failures, rep.elapsed_s
         );
         if rep.kills_in_recovery == 0 {
             println!(
-                "note: no kill landed during recovery in this run (try another --seed or a larger --flush-delay-ms)"
+                "note: no kill landed during recovery in this run (try another --seed or more --kills)"
             );
         }
     }
@@ -587,4 +600,15 @@ fn copy_home(src: &Path, dst: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A marker's kind: its first word, and the database for flush and repair writes
+/// (`flush-write-done state`), without heights or counters.
+fn marker_kind(marker: &str) -> String {
+    let mut words = marker.split_whitespace();
+    let first = words.next().unwrap_or_default();
+    match (first, words.next()) {
+        (f, Some(db)) if f.contains("-write-") => format!("{f} {db}"),
+        (f, _) => f.to_string(),
+    }
 }

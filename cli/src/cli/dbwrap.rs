@@ -5,22 +5,23 @@
 //!
 //! Invariant: without the crash-test variable and outside `no-sync`, a write passes through
 //! unchanged (same batch, same durability) — the wrapper changes no durability claim.
-//! Invariant: `FLUSHPOINT_TEST_FLUSH_DELAY_MS` only adds sleeps *between* completed synced
-//! writes; it never reorders or skips one. It is a test knob, read only with the crash-test
-//! variable set.
+//! Invariant: `FLUSHPOINT_TEST_MARKER_GATE=1` only makes the process wait, after printing
+//! each marker, for one line on stdin (the parent's "go on"); it never reorders or skips a
+//! write. A parent that wants the child dead at a marker SIGKILLs it while it waits there,
+//! so the kill lands exactly at that marker, whatever the machine's speed. EOF on stdin
+//! lifts the gate. It is a test knob, read only with the crash-test variable set.
 
-use std::io::Write;
+use std::io::{BufRead, Write};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
 use bytes::Bytes;
 use flushpoint::{Batch, Db, DbIter, Direction, Durability, KeyRange, Result};
 
 /// Environment variable that makes `sync` print `@fp` markers for `crash-test`.
 pub const CRASH_TEST_ENV: &str = "FLUSHPOINT_CRASH_TEST";
-/// Test-only: milliseconds to sleep after each synced write of a flush point or repair.
-pub const FLUSH_DELAY_ENV: &str = "FLUSHPOINT_TEST_FLUSH_DELAY_MS";
+/// Test-only: after each marker, wait for a line on stdin (see the module doc).
+pub const MARKER_GATE_ENV: &str = "FLUSHPOINT_TEST_MARKER_GATE";
 /// Prefix of every marker line.
 pub const MARKER: &str = "@fp";
 
@@ -40,7 +41,10 @@ pub enum Phase {
 #[derive(Debug)]
 pub struct Probe {
     phase: AtomicU8,
-    delay_ms: u64,
+    /// `FLUSHPOINT_TEST_MARKER_GATE=1` was set (fixed for the process's life).
+    marker_gate: bool,
+    /// Still waiting at each marker for the parent's line (false once stdin ended).
+    gate_open: AtomicBool,
     flushes: AtomicU64,
 }
 
@@ -50,13 +54,11 @@ impl Probe {
         if std::env::var(CRASH_TEST_ENV).ok().as_deref() != Some("1") {
             return None;
         }
-        let delay_ms = std::env::var(FLUSH_DELAY_ENV)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
+        let gated = std::env::var(MARKER_GATE_ENV).ok().as_deref() == Some("1");
         Some(Arc::new(Probe {
             phase: AtomicU8::new(Phase::Recovery as u8),
-            delay_ms,
+            marker_gate: gated,
+            gate_open: AtomicBool::new(gated),
             flushes: AtomicU64::new(0),
         }))
     }
@@ -74,17 +76,27 @@ impl Probe {
         }
     }
 
-    /// Prints one marker line and flushes it before returning, so a kill after this call
-    /// leaves the line in the pipe.
-    pub fn mark(&self, line: &str) {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{MARKER} {line}");
-        let _ = out.flush();
+    /// Whether the process runs gated (`FLUSHPOINT_TEST_MARKER_GATE=1`), even once the
+    /// parent has lifted the gate: what depends on it is decided once, from the variable.
+    pub fn gated(&self) -> bool {
+        self.marker_gate
     }
 
-    fn pause(&self) {
-        if self.delay_ms > 0 {
-            std::thread::sleep(Duration::from_millis(self.delay_ms));
+    /// Prints one marker line and flushes it, so a kill after this call leaves the line in
+    /// the pipe; then, gated, waits for one line on stdin before returning (EOF or a read
+    /// error lifts the gate for good).
+    pub fn mark(&self, line: &str) {
+        {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{MARKER} {line}");
+            let _ = out.flush();
+        }
+        if self.gate_open.load(Ordering::SeqCst) {
+            let mut go_on = String::new();
+            match std::io::stdin().lock().read_line(&mut go_on) {
+                Ok(n) if n > 0 => {}
+                _ => self.gate_open.store(false, Ordering::SeqCst),
+            }
         }
     }
 }
@@ -172,16 +184,12 @@ impl Db for CliDb {
                 probe.mark(&format!("flush-write-done {what}"));
                 if self.which == Which::App {
                     probe.mark("flush-end");
-                } else {
-                    // Test knob: a window between two steps of the flush point.
-                    probe.pause();
                 }
             }
             _ => {
                 probe.mark(&format!("repair-write-begin {what}"));
                 self.inner.write(batch, d)?;
                 probe.mark(&format!("repair-write-done {what}"));
-                probe.pause();
             }
         }
         Ok(())

@@ -482,6 +482,12 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     if let Some(n) = a.flush_every {
         policy.window_blocks_max = Some(n);
     }
+    if probe.as_ref().is_some_and(|p| p.gated()) {
+        // Gated markers stall the child for as long as its parent takes to answer: with the
+        // time trigger off, flush points (and so the markers) depend on the seed alone and
+        // a crash-test plan replays exactly.
+        policy.interval = Duration::MAX;
+    }
     let per_block = match a.mode {
         ModeArg::Deferred | ModeArg::NoSync => None,
         ModeArg::PerBlock => Some(Mode::Consensus),
@@ -504,6 +510,10 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
             record(node.sync_block(&b, &parts, &c, now).map_err(err)?);
             record(node.on_timer(now).map_err(err)?);
         }
+        if let Some(p) = &probe {
+            // Between two blocks (held writes in memory): a crash-test kill point.
+            p.mark(&format!("block h={}", node.height()));
+        }
         progress.update(
             node.height(),
             target,
@@ -524,6 +534,10 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     while node.height() < target {
         let (b, parts, c) = spec.next_block(node.state());
         node.commit_block(&b, &parts, &c).map_err(err)?;
+        if let Some(p) = &probe {
+            // After a consensus block's four synced writes: a crash-test kill point.
+            p.mark(&format!("consensus-block h={}", node.height()));
+        }
         progress.update(
             node.height(),
             target,

@@ -1,7 +1,7 @@
 //! Helpers for the CLI tests: run the built `flushpoint` binary on temp homes.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -48,8 +48,10 @@ pub fn sync_json(home: &Path, blocks: u64, consensus: u64, seed: u64) -> serde_j
     serde_json::from_str(line).expect("sync --json prints one JSON object")
 }
 
-/// Starts `sync` with crash-test markers on and SIGKILLs it right after the first line
-/// starting with `@fp <marker>`. Panics if the marker never shows (the kill must fire).
+/// Starts `sync` with crash-test markers and the marker gate on, answers each marker until
+/// the first line starting with `@fp <marker>`, and SIGKILLs the child while it waits at
+/// that marker: the kill lands exactly there, however loaded the machine. Panics if the
+/// marker never shows (the kill must fire).
 pub fn sync_killed_at(home: &Path, blocks: u64, flush_every: u64, seed: u64, marker: &str) {
     let mut child = Command::new(BIN)
         .args([
@@ -68,22 +70,29 @@ pub fn sync_killed_at(home: &Path, blocks: u64, flush_every: u64, seed: u64, mar
         ])
         .env_remove("FLUSHPOINT_HOME")
         .env("FLUSHPOINT_CRASH_TEST", "1")
-        .env("FLUSHPOINT_TEST_FLUSH_DELAY_MS", "200")
+        .env("FLUSHPOINT_TEST_MARKER_GATE", "1")
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn sync");
+    let mut gate = child.stdin.take().unwrap();
     let out = child.stdout.take().unwrap();
     let want = format!("@fp {marker}");
     let mut fired = false;
     for line in BufReader::new(out).lines() {
         let line = line.unwrap();
         if line.starts_with(&want) {
+            // The child waits at this marker for our line: kill it there.
             child.kill().unwrap();
             fired = true;
             break;
         }
+        if line.starts_with("@fp") {
+            gate.write_all(b"\n").and_then(|()| gate.flush()).unwrap();
+        }
     }
+    drop(gate);
     child.wait().unwrap();
     assert!(
         fired,
