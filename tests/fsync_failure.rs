@@ -1,5 +1,5 @@
-//! fsync (and write) failure: an EIO is injected into the n-th `sync_data` — and, in a
-//! second pass, the n-th `write` — for every n of a run (a fresh open, a deferred sync of 8
+//! fsync (and write, and set_len) failure: an EIO is injected into the n-th `sync_data` —
+//! and, in further passes, the n-th `write` and the n-th `set_len` — for every n of a run (a fresh open, a deferred sync of 8
 //! blocks in windows of 4, the switch to consensus, 2 consensus blocks), under redb on the
 //! simulated machine of `common::disk` (a failed sync leaves the pending writes readable but
 //! not durable, as ext4/XFS do). For each n we first prove the fault fired (counted), then:
@@ -15,7 +15,8 @@
 //!   handshake repairs, the node syncs to the end, and the final state and app hash equal
 //!   the uncut run's; no event fires twice.
 //!
-//! CI: every sync index and every 3rd write index from height 1 and 5.
+//! CI and full: every `sync_data`, `write` and `set_len` index, from height 1 and 5; the
+//! test counts that each injected fault fired exactly once.
 //! Full: `FLUSHPOINT_FULL=1 cargo test --release --test fsync_failure -- --nocapture`.
 
 mod common;
@@ -62,6 +63,8 @@ struct Figures {
     /// correct result and recovery.
     absorbed: Vec<u64>,
     injected: u64,
+    /// Indices tried.
+    tried: u64,
     recoveries: u64,
 }
 
@@ -81,9 +84,11 @@ fn inject(initial_height: u64, kind: Kind, stride: u64) -> Figures {
     let mut figures = Figures {
         absorbed: Vec::new(),
         injected: 0,
+        tried: 0,
         recoveries: 0,
     };
     for n in (1..=total).filter(|n| n % stride == 0 || *n == total) {
+        figures.tried += 1;
         let ctx = format!("initial {initial_height}, EIO on {kind:?} #{n}/{total}");
         let sim = Sim::new(3);
         sim.lock().fail = Some((kind, n));
@@ -238,15 +243,19 @@ fn continue_checks(
 }
 
 #[test]
-fn eio_on_every_sync_data_and_write() {
+fn eio_on_every_sync_data_write_and_set_len() {
     let t = Instant::now();
-    let write_stride = if full() { 1 } else { 3 };
     let (mut injected, mut recoveries) = (0, 0);
     for initial in [1, 5] {
-        for (kind, stride) in [(Kind::Sync, 1), (Kind::Write, write_stride)] {
-            let f = inject(initial, kind, stride);
+        for kind in [Kind::Sync, Kind::Write, Kind::SetLen] {
+            let f = inject(initial, kind, 1);
+            assert_eq!(
+                f.injected, f.tried,
+                "initial {initial}, {kind:?}: a fault did not fire"
+            );
             println!(
-                "fsync_failure: initial height {initial}: {kind:?}: {} faults injected (each fired once), {} recoveries, {} absorbed by redb without an error: {:?}",
+                "fsync_failure: initial height {initial}: {kind:?}: {} indices, {} faults injected (each fired once), {} recoveries, {} absorbed by redb without an error: {:?}",
+                f.tried,
                 f.injected,
                 f.recoveries,
                 f.absorbed.len(),
