@@ -414,11 +414,21 @@ struct Stats {
 }
 
 struct Explorer<'a> {
-    cfg: &'a Config,
     r: &'a Reference,
     /// Each recovered state's facts, and whether its recovery was cut everywhere.
     memo: HashMap<u64, (Facts, bool)>,
     stats: &'a mut Stats,
+}
+
+/// What a cut inherits from the runs before it.
+#[derive(Debug, Clone, Copy)]
+struct Before {
+    /// The height acknowledged durable.
+    acked: u64,
+    /// The highest height an event fired for.
+    fired: u64,
+    /// False while the app may still lag (its unsynced commits lost).
+    app_complete: bool,
 }
 
 impl Explorer<'_> {
@@ -428,12 +438,15 @@ impl Explorer<'_> {
         &mut self,
         base: &[Image; 3],
         log: &RunLog,
-        acked0: u64,
-        fired0: u64,
-        app_complete0: bool,
+        before: Before,
         depth: u32,
         ctx: &str,
     ) {
+        let Before {
+            acked: acked0,
+            fired: fired0,
+            app_complete: app_complete0,
+        } = before;
         let mut cur = base.clone();
         // The app's image after each of this run's app writes (the app may lag to any).
         let mut app_versions = vec![base[APP].clone()];
@@ -495,7 +508,12 @@ impl Explorer<'_> {
                 if depth < 2 {
                     // Cut the recovery itself at every one of its writes.
                     let base = [images[0].clone(), images[1].clone(), images[2].clone()];
-                    self.cut_everywhere(&base, &log, acked, fired, app_complete, depth + 1, ctx);
+                    let before = Before {
+                        acked,
+                        fired,
+                        app_complete,
+                    };
+                    self.cut_everywhere(&base, &log, before, depth + 1, ctx);
                 }
                 f
             }
@@ -591,40 +609,11 @@ impl Explorer<'_> {
 
 /// The databases a configuration starts from.
 fn start_maps(cfg: &Config) -> [Map; 3] {
-    let (blocks, drop_last): (u64, Box<dyn Fn(&[WriteRecord]) -> Vec<bool>>) = match cfg.start {
+    let blocks = match cfg.start {
         Start::Empty => return Default::default(),
-        Start::AppBehind { blocks, n } => (
-            blocks,
-            Box::new(move |rs: &[WriteRecord]| {
-                let apps = rs.iter().filter(|r| r.db == "app").count();
-                let mut seen = 0;
-                rs.iter()
-                    .map(|r| {
-                        if r.db == "app" {
-                            seen += 1;
-                            seen > apps - n as usize
-                        } else {
-                            false
-                        }
-                    })
-                    .collect()
-            }),
-        ),
-        Start::StateBehindApp { blocks } => (
-            blocks,
-            Box::new(|rs: &[WriteRecord]| {
-                assert_eq!(rs.last().unwrap().db, "state");
-                (0..rs.len()).map(|i| i + 1 == rs.len()).collect()
-            }),
-        ),
-        Start::BlockStoreAhead { blocks } => (
-            blocks,
-            Box::new(|rs: &[WriteRecord]| {
-                let n = rs.len();
-                assert_eq!(rs[n - 4].db, "block store");
-                (0..n).map(|i| i + 3 >= n).collect()
-            }),
-        ),
+        Start::AppBehind { blocks, .. }
+        | Start::StateBehindApp { blocks }
+        | Start::BlockStoreAhead { blocks } => blocks,
     };
     let base = cfg.spec.initial_height - 1;
     let pre = Plan {
@@ -641,8 +630,32 @@ fn start_maps(cfg: &Config) -> [Map; 3] {
     drop(node);
     let records = run.log.records();
     let mut images: [Image; 3] = Default::default();
-    for (r, dropped) in records.iter().zip(drop_last(&records)) {
-        if !dropped {
+    // Which of the prefix's writes the lagging database lost.
+    let n = records.len();
+    let apps = records.iter().filter(|r| r.db == "app").count();
+    let lost: Vec<bool> = match cfg.start {
+        Start::Empty => unreachable!(),
+        Start::AppBehind { n: lag, .. } => {
+            let mut seen = 0;
+            records
+                .iter()
+                .map(|r| {
+                    seen += usize::from(r.db == "app");
+                    r.db == "app" && seen > apps - lag as usize
+                })
+                .collect()
+        }
+        Start::StateBehindApp { .. } => {
+            assert_eq!(records[n - 1].db, "state");
+            (0..n).map(|i| i + 1 == n).collect()
+        }
+        Start::BlockStoreAhead { .. } => {
+            assert_eq!(records[n - 4].db, "block store");
+            (0..n).map(|i| i + 3 >= n).collect()
+        }
+    };
+    for (r, lost) in records.iter().zip(lost) {
+        if !lost {
             images[db_index(&r.db)].apply(r);
         }
     }
@@ -723,27 +736,21 @@ fn explore(cfg: &Config, stats: &mut Stats) -> (usize, usize, u64) {
             });
         }
     }
-    let before = (stats.distinct.len(), stats.restarts);
+    let counts = (stats.distinct.len(), stats.restarts);
     let mut ex = Explorer {
-        cfg,
         r: &reference,
         memo: HashMap::new(),
         stats,
     };
-    let acked0 = base;
-    // A lagging start is the model's allowance for the app, not an acknowledged loss.
-    let app_complete0 = !matches!(cfg.start, Start::AppBehind { .. });
-    ex.cut_everywhere(
-        &images,
-        &log,
-        acked0,
-        base,
-        app_complete0,
-        1,
-        &ex.cfg.label.clone(),
-    );
-    let new = stats.distinct.len() - before.0;
-    (log.records.len(), new, stats.restarts - before.1)
+    let before = Before {
+        acked: base,
+        fired: base,
+        // A lagging start is the model's allowance for the app, not an acknowledged loss.
+        app_complete: !matches!(cfg.start, Start::AppBehind { .. }),
+    };
+    ex.cut_everywhere(&images, &log, before, 1, &cfg.label);
+    let new = stats.distinct.len() - counts.0;
+    (log.records.len(), new, stats.restarts - counts.1)
 }
 
 #[test]

@@ -18,7 +18,7 @@ use flushpoint::{
 pub const WINDOW: u64 = 4;
 
 /// The seed fixed in the source when `FLUSHPOINT_SEED` is unset: never a clock.
-pub const SEED_DEFAULT: u64 = 0x5eed_f1u64;
+pub const SEED_DEFAULT: u64 = 0x005e_edf1;
 
 /// The seed every random choice of a suite derives from: `FLUSHPOINT_SEED=<n>` (decimal or
 /// `0x` hex) replays a printed seed; unset, [`SEED_DEFAULT`]. Printed by the caller's label.
