@@ -474,22 +474,24 @@ impl Explorer<'_> {
                     "{ctx} → cut after {s}/{} writes, app keeps {j}",
                     log.records.len()
                 );
-                self.visit(images, acked, fired, complete, depth, &ctx2);
+                let before = Before {
+                    acked,
+                    fired,
+                    app_complete: complete,
+                };
+                self.visit(images, before, depth, &ctx2);
             }
         }
     }
 
     /// Recovers one cut state (memoized) and checks it against what was acknowledged and
     /// fired before the cut.
-    fn visit(
-        &mut self,
-        images: [&Image; 3],
-        acked: u64,
-        fired: u64,
-        app_complete: bool,
-        depth: u32,
-        ctx: &str,
-    ) {
+    fn visit(&mut self, images: [&Image; 3], before: Before, depth: u32, ctx: &str) {
+        let Before {
+            acked,
+            fired,
+            app_complete,
+        } = before;
         let fp = state_fp(images);
         self.stats.occurrences += 1;
         self.stats.distinct.insert(fp);
@@ -498,27 +500,13 @@ impl Explorer<'_> {
         } else {
             self.stats.first_level.insert(fp);
         }
-        // A state first reached by a second cut is recovered without cutting its recovery;
-        // reached again by a first cut, its recovery is run again and cut everywhere.
-        let facts = match self.memo.get(&fp).copied() {
-            Some((f, explored)) if explored || depth >= 2 => f,
-            _ => {
-                let (f, log) = self.restart(images, ctx);
-                self.memo.insert(fp, (f, depth < 2));
-                if depth < 2 {
-                    // Cut the recovery itself at every one of its writes.
-                    let base = [images[0].clone(), images[1].clone(), images[2].clone()];
-                    let before = Before {
-                        acked,
-                        fired,
-                        app_complete,
-                    };
-                    self.cut_everywhere(&base, &log, before, depth + 1, ctx);
-                }
-                f
-            }
+        let cached = self.memo.get(&fp).copied();
+        // Nothing acknowledged is missing on any database, before the handshake touches it.
+        let on_disk = match cached {
+            Some((f, _)) => f.on_disk,
+            None => heights(images.map(|i| &i.map), self.r.base),
         };
-        for (i, h) in facts.on_disk.into_iter().enumerate() {
+        for (i, h) in on_disk.into_iter().enumerate() {
             if i == APP && !app_complete {
                 continue; // The lagging app (unsynced commits) is the model's allowance.
             }
@@ -528,6 +516,21 @@ impl Explorer<'_> {
                 NAMES[i]
             );
         }
+        // A state first reached by a second cut is recovered without cutting its recovery;
+        // reached again by a first cut, its recovery is run again and cut everywhere.
+        let facts = match cached {
+            Some((f, explored)) if explored || depth >= 2 => f,
+            _ => {
+                let (f, log) = self.restart(images, on_disk, ctx);
+                self.memo.insert(fp, (f, depth < 2));
+                if depth < 2 {
+                    // Cut the recovery itself at every one of its writes.
+                    let base = [images[0].clone(), images[1].clone(), images[2].clone()];
+                    self.cut_everywhere(&base, &log, before, depth + 1, ctx);
+                }
+                f
+            }
+        };
         assert!(
             facts.recovered >= acked,
             "{ctx}: acknowledged height {acked} lost: the handshake recovered {}",
@@ -541,11 +544,10 @@ impl Explorer<'_> {
     }
 
     /// Restarts from `images`: handshake, sync to the end; checks the result.
-    fn restart(&mut self, images: [&Image; 3], ctx: &str) -> (Facts, RunLog) {
+    fn restart(&mut self, images: [&Image; 3], on_disk: [u64; 3], ctx: &str) -> (Facts, RunLog) {
         self.stats.restarts += 1;
         let (r, plan) = (self.r, &self.r.plan);
         let maps = images.map(|i| &i.map);
-        let on_disk = heights(maps, r.base);
         let run = Run::new(maps);
         let (mut node, report) = open_node(run.db(0), run.db(1), run.db(2), plan, run.sink())
             .unwrap_or_else(|e| panic!("{ctx}: handshake refused: {e}"));
@@ -662,7 +664,8 @@ fn start_maps(cfg: &Config) -> [Map; 3] {
     images.map(|i| i.map)
 }
 
-fn explore(cfg: &Config, stats: &mut Stats) -> (usize, usize, u64) {
+/// The uncut run of `cfg`: the reference, its log, and the images it started from.
+fn uncut(cfg: &Config) -> (Reference, RunLog, [Image; 3]) {
     let start = start_maps(cfg);
     let base = cfg.spec.initial_height - 1;
     // The uncut run.
@@ -736,6 +739,12 @@ fn explore(cfg: &Config, stats: &mut Stats) -> (usize, usize, u64) {
             });
         }
     }
+    (reference, log, images)
+}
+
+fn explore(cfg: &Config, stats: &mut Stats) -> (usize, usize, u64) {
+    let (reference, log, images) = uncut(cfg);
+    let base = cfg.spec.initial_height - 1;
     let counts = (stats.distinct.len(), stats.restarts);
     let mut ex = Explorer {
         r: &reference,
@@ -817,5 +826,49 @@ fn power_cut_at_every_step_and_every_recovery_write() {
     );
     if full() {
         assert!(n >= 10_000, "the full sweep explored only {n} cut states");
+    }
+}
+
+/// The checks' negative control: a state that lost the last write of one database (a
+/// database whose last sync lied), visited as if the whole run had been acknowledged, must
+/// be rejected by the acknowledged-height check — for each database in turn.
+#[test]
+fn a_lost_acknowledged_write_is_rejected() {
+    let (cfg, _) = configs()
+        .into_iter()
+        .find(|(c, ci)| *ci && c.window == 4)
+        .unwrap();
+    let (reference, log, start) = uncut(&cfg);
+    let end = reference.plan.end;
+    for name in NAMES {
+        let last = log.records.iter().rposition(|r| r.db == name).unwrap();
+        let mut images = start.clone();
+        for (i, r) in log.records.iter().enumerate() {
+            if i != last {
+                images[db_index(&r.db)].apply(r);
+            }
+        }
+        let mut stats = Stats::default();
+        let mut ex = Explorer {
+            r: &reference,
+            memo: HashMap::new(),
+            stats: &mut stats,
+        };
+        let acked = Before {
+            acked: end,
+            fired: end,
+            app_complete: true,
+        };
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ex.visit([&images[0], &images[1], &images[2]], acked, 2, "control")
+        }));
+        let msg = caught
+            .err()
+            .and_then(|p| p.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        assert!(
+            msg.contains("acknowledged height"),
+            "the {name}'s lost write (acknowledged at {end}) was not rejected: {msg:?}"
+        );
     }
 }
