@@ -9,6 +9,9 @@
 //!   node lives, nor the failed disk when the node and its databases are dropped;
 //! * it acknowledges nothing past its last successful sync: `durable_height` never exceeds
 //!   what a reopen of the durable images finds;
+//! * a failed flush point keeps the overlays it could not write (the failing database's and
+//!   those after it hold their writes: `HoldingDb::write_held` drops its overlay only after
+//!   the batch is durable);
 //! * no event of the failed window fired (every fired event is at or below the acknowledged
 //!   height);
 //! * a fresh open recovers: the durable images (and the page-cache images) reopen, the
@@ -26,7 +29,7 @@ use std::time::Instant;
 
 use common::disk::{Fate, Kind, Sim};
 use common::{Plan, drive, open_node};
-use flushpoint::{AppInfo, Db, Event, RedbDb, RedbOptions, State};
+use flushpoint::{AppInfo, Db, Event, Mode, RedbDb, RedbOptions, State};
 
 fn options() -> RedbOptions {
     RedbOptions {
@@ -65,6 +68,8 @@ struct Figures {
     injected: u64,
     /// Indices tried.
     tried: u64,
+    /// Failed flush points whose kept overlays were checked.
+    overlays_kept: u64,
     recoveries: u64,
 }
 
@@ -85,6 +90,7 @@ fn inject(initial_height: u64, kind: Kind, stride: u64) -> Figures {
         absorbed: Vec::new(),
         injected: 0,
         tried: 0,
+        overlays_kept: 0,
         recoveries: 0,
     };
     for n in (1..=total).filter(|n| n % stride == 0 || *n == total) {
@@ -134,6 +140,22 @@ fn inject(initial_height: u64, kind: Kind, stride: u64) -> Figures {
                             continue;
                         }
                         acked = node.durable_height();
+                        // A failed flush point keeps what it could not write: the failing
+                        // database's overlay (its `write_held` failed) and those after it
+                        // in the order block store → state → app still hold their writes.
+                        let failed = sim.lock().faults.first().copied();
+                        if node.mode() == Mode::BlockSync
+                            && let Some(d) = failed
+                        {
+                            let held = node.held();
+                            for (later, bytes) in held.iter().enumerate().skip(d) {
+                                assert!(
+                                    *bytes > 0,
+                                    "{ctx}: the failed flush point dropped the held writes of database {later} (held {held:?})"
+                                );
+                            }
+                            figures.overlays_kept += 1;
+                        }
                         // Poisoned: every later call fails.
                         assert!(drive(&mut node, &plan).is_err(), "{ctx}: not poisoned");
                         assert!(
@@ -245,7 +267,7 @@ fn continue_checks(
 #[test]
 fn eio_on_every_sync_data_write_and_set_len() {
     let t = Instant::now();
-    let (mut injected, mut recoveries) = (0, 0);
+    let (mut injected, mut recoveries, mut kept) = (0, 0, 0);
     for initial in [1, 5] {
         for kind in [Kind::Sync, Kind::Write, Kind::SetLen] {
             let f = inject(initial, kind, 1);
@@ -263,10 +285,15 @@ fn eio_on_every_sync_data_write_and_set_len() {
             );
             injected += f.injected;
             recoveries += f.recoveries;
+            kept += f.overlays_kept;
         }
     }
+    assert!(
+        kept > 0,
+        "no failed flush point was checked for its overlays"
+    );
     println!(
-        "fsync_failure: states explored: {injected} faults, {recoveries} recoveries, full={}, {:.1?}",
+        "fsync_failure: states explored: {injected} faults, {recoveries} recoveries, {kept} failed flush points kept their overlays, full={}, {:.1?}",
         full(),
         t.elapsed()
     );
