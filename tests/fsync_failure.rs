@@ -1,5 +1,5 @@
-//! fsync (and write) failure: an EIO is injected into the n-th `sync_data` — and, in a
-//! second pass, the n-th `write` — for every n of a run (a fresh open, a deferred sync of 8
+//! fsync (and write, and set_len) failure: an EIO is injected into the n-th `sync_data` —
+//! and, in further passes, the n-th `write` and the n-th `set_len` — for every n of a run (a fresh open, a deferred sync of 8
 //! blocks in windows of 4, the switch to consensus, 2 consensus blocks), under redb on the
 //! simulated machine of `common::disk` (a failed sync leaves the pending writes readable but
 //! not durable, as ext4/XFS do). For each n we first prove the fault fired (counted), then:
@@ -9,13 +9,17 @@
 //!   node lives, nor the failed disk when the node and its databases are dropped;
 //! * it acknowledges nothing past its last successful sync: `durable_height` never exceeds
 //!   what a reopen of the durable images finds;
+//! * a failed flush point keeps the overlays it could not write (the failing database's and
+//!   those after it hold their writes: `HoldingDb::write_held` drops its overlay only after
+//!   the batch is durable);
 //! * no event of the failed window fired (every fired event is at or below the acknowledged
 //!   height);
 //! * a fresh open recovers: the durable images (and the page-cache images) reopen, the
 //!   handshake repairs, the node syncs to the end, and the final state and app hash equal
 //!   the uncut run's; no event fires twice.
 //!
-//! CI: every sync index and every 3rd write index from height 1 and 5.
+//! CI and full: every `sync_data`, `write` and `set_len` index, from height 1 and 5; the
+//! test counts that each injected fault fired exactly once.
 //! Full: `FLUSHPOINT_FULL=1 cargo test --release --test fsync_failure -- --nocapture`.
 
 mod common;
@@ -25,7 +29,7 @@ use std::time::Instant;
 
 use common::disk::{Fate, Kind, Sim};
 use common::{Plan, drive, open_node};
-use flushpoint::{AppInfo, Db, Event, RedbDb, RedbOptions, State};
+use flushpoint::{AppInfo, Db, Event, Mode, RedbDb, RedbOptions, State};
 
 fn options() -> RedbOptions {
     RedbOptions {
@@ -62,6 +66,10 @@ struct Figures {
     /// correct result and recovery.
     absorbed: Vec<u64>,
     injected: u64,
+    /// Indices tried.
+    tried: u64,
+    /// Failed flush points whose kept overlays were checked.
+    overlays_kept: u64,
     recoveries: u64,
 }
 
@@ -81,9 +89,12 @@ fn inject(initial_height: u64, kind: Kind, stride: u64) -> Figures {
     let mut figures = Figures {
         absorbed: Vec::new(),
         injected: 0,
+        tried: 0,
+        overlays_kept: 0,
         recoveries: 0,
     };
     for n in (1..=total).filter(|n| n % stride == 0 || *n == total) {
+        figures.tried += 1;
         let ctx = format!("initial {initial_height}, EIO on {kind:?} #{n}/{total}");
         let sim = Sim::new(3);
         sim.lock().fail = Some((kind, n));
@@ -129,6 +140,22 @@ fn inject(initial_height: u64, kind: Kind, stride: u64) -> Figures {
                             continue;
                         }
                         acked = node.durable_height();
+                        // A failed flush point keeps what it could not write: the failing
+                        // database's overlay (its `write_held` failed) and those after it
+                        // in the order block store → state → app still hold their writes.
+                        let failed = sim.lock().faults.first().copied();
+                        if node.mode() == Mode::BlockSync
+                            && let Some(d) = failed
+                        {
+                            let held = node.held();
+                            for (later, bytes) in held.iter().enumerate().skip(d) {
+                                assert!(
+                                    *bytes > 0,
+                                    "{ctx}: the failed flush point dropped the held writes of database {later} (held {held:?})"
+                                );
+                            }
+                            figures.overlays_kept += 1;
+                        }
                         // Poisoned: every later call fails.
                         assert!(drive(&mut node, &plan).is_err(), "{ctx}: not poisoned");
                         assert!(
@@ -238,15 +265,19 @@ fn continue_checks(
 }
 
 #[test]
-fn eio_on_every_sync_data_and_write() {
+fn eio_on_every_sync_data_write_and_set_len() {
     let t = Instant::now();
-    let write_stride = if full() { 1 } else { 3 };
-    let (mut injected, mut recoveries) = (0, 0);
+    let (mut injected, mut recoveries, mut kept) = (0, 0, 0);
     for initial in [1, 5] {
-        for (kind, stride) in [(Kind::Sync, 1), (Kind::Write, write_stride)] {
-            let f = inject(initial, kind, stride);
+        for kind in [Kind::Sync, Kind::Write, Kind::SetLen] {
+            let f = inject(initial, kind, 1);
+            assert_eq!(
+                f.injected, f.tried,
+                "initial {initial}, {kind:?}: a fault did not fire"
+            );
             println!(
-                "fsync_failure: initial height {initial}: {kind:?}: {} faults injected (each fired once), {} recoveries, {} absorbed by redb without an error: {:?}",
+                "fsync_failure: initial height {initial}: {kind:?}: {} indices, {} faults injected (each fired once), {} recoveries, {} absorbed by redb without an error: {:?}",
+                f.tried,
                 f.injected,
                 f.recoveries,
                 f.absorbed.len(),
@@ -254,10 +285,15 @@ fn eio_on_every_sync_data_and_write() {
             );
             injected += f.injected;
             recoveries += f.recoveries;
+            kept += f.overlays_kept;
         }
     }
+    assert!(
+        kept > 0,
+        "no failed flush point was checked for its overlays"
+    );
     println!(
-        "fsync_failure: states explored: {injected} faults, {recoveries} recoveries, full={}, {:.1?}",
+        "fsync_failure: states explored: {injected} faults, {recoveries} recoveries, {kept} failed flush points kept their overlays, full={}, {:.1?}",
         full(),
         t.elapsed()
     );

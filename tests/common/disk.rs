@@ -10,11 +10,16 @@
 //! * `crash_image` builds what a disk holds after the cut: the durable image with the
 //!   pending ops each dropped, applied or torn (per 512-byte sector; per byte for writes of
 //!   512 bytes or less), per [`Fate`]. `set_len` is pending until a sync, like a write.
-//! * Fault injection (fsync-failure tests): the n-th `sync_data` or `write` (1-based, across
-//!   all disks) returns EIO once, without effect (a failed sync leaves the pending writes in
-//!   the live image but not in the durable one — ext4/XFS semantics); later calls proceed, so
-//!   a caller that retried would "succeed" — the test counts calls after the fault.
-//! * `lying_sync`: `sync_data` returns `Ok` and changes nothing (the negative control).
+//!   Under [`Fate::Random`] every disk draws from its own RNG (seeded from the fate's seed
+//!   and the disk's index), and first draws its own style (lose every pending op, keep
+//!   every one, or each at random), so the three databases can meet different fates.
+//! * Fault injection (fsync-failure tests): the n-th `sync_data`, `write` or `set_len`
+//!   (1-based, across all disks) returns EIO once, without effect (a failed sync leaves the
+//!   pending writes in the live image but not in the durable one — ext4/XFS semantics);
+//!   later calls proceed, so a caller that retried would "succeed" — the test counts calls
+//!   after the fault.
+//! * [`Lie`]: from op N on, `sync_data` on one disk (or on all) returns `Ok` and changes
+//!   nothing (the negative control).
 
 use std::sync::{Arc, Mutex};
 
@@ -55,12 +60,24 @@ pub struct Machine {
     pub ops: u64,
     pub cut_at: Option<u64>,
     pub dead: bool,
-    pub lying_sync: bool,
+    /// Syncs that lie (the negative control).
+    pub lie: Option<Lie>,
+    /// `ops` after each database `open_dbs` opened (creation finished), in open order.
+    pub opened_at: Vec<u64>,
     /// Fault: the n-th call of this kind fails (1-based, across disks).
     pub fail: Option<(Kind, u64)>,
     pub kind_counts: [u64; 3],
     /// Faults injected, and on which disk.
     pub faults: Vec<usize>,
+}
+
+/// A lying `sync_data`: returns `Ok` and persists nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lie {
+    /// The disk that lies (`None`: every disk).
+    pub disk: Option<usize>,
+    /// The first op (1-based, the machine's count) whose sync lies.
+    pub from_op: u64,
 }
 
 /// A handle on a shared machine.
@@ -93,7 +110,8 @@ pub enum Fate {
     DropAll,
     /// Every unsynced op reached the disk (as a process crash).
     KeepAll,
-    /// Each op dropped, applied or torn, at random from this seed.
+    /// Each disk, from its own RNG (this seed and the disk's index): loses every pending op,
+    /// keeps every one, or drops, applies or tears each at random.
     Random(u64),
 }
 
@@ -116,21 +134,28 @@ impl Rng {
 
 pub const SECTOR: usize = 512;
 
+/// The seed of disk `idx`'s RNG under `Fate::Random(seed)`: one RNG per disk.
+pub fn disk_seed(seed: u64, idx: usize) -> u64 {
+    Rng(seed ^ (idx as u64 + 1).wrapping_mul(0xd1b5_4a32_d192_ed03)).next_u64()
+}
+
 impl DiskState {
-    /// The disk's content after a power cut, with the pending ops' fates from `fate`.
-    pub fn crash_image(&self, fate: Fate) -> Vec<u8> {
+    /// The content of disk `idx` after a power cut, with the pending ops' fates from `fate`.
+    pub fn crash_image(&self, idx: usize, fate: Fate) -> Vec<u8> {
         let mut img = self.durable.clone();
         let mut rng = Rng(match fate {
-            Fate::Random(s) => s,
+            Fate::Random(s) => disk_seed(s, idx),
             _ => 0,
         });
+        // This disk's style: 0 loses every pending op, 1 keeps every one, 2 and 3 draw per op.
+        let style = match fate {
+            Fate::DropAll => 0,
+            Fate::KeepAll => 1,
+            Fate::Random(_) => rng.below(4),
+        };
         for op in &self.pending {
             // 0: drop, 1: apply, 2: tear.
-            let f = match fate {
-                Fate::DropAll => 0,
-                Fate::KeepAll => 1,
-                Fate::Random(_) => rng.below(3),
-            };
+            let f = if style < 2 { style } else { rng.below(3) };
             match (op, f) {
                 (_, 0) => {}
                 (PendingOp::SetLen(len), _) => img.resize(*len as usize, 0),
@@ -186,7 +211,8 @@ impl Sim {
         self.lock()
             .disks
             .iter()
-            .map(|d| d.crash_image(fate))
+            .enumerate()
+            .map(|(i, d)| d.crash_image(i, fate))
             .collect()
     }
 
@@ -201,8 +227,11 @@ impl Sim {
         let names = ["block store", "state", "app"];
         (0..n)
             .map(|i| {
-                RedbDb::with_backend(names[i % 3], self.disk(i), options)
-                    .map(|d| Arc::new(d) as Arc<dyn Db>)
+                let db = RedbDb::with_backend(names[i % 3], self.disk(i), options)?;
+                let mut m = self.lock();
+                let ops = m.ops;
+                m.opened_at.push(ops);
+                Ok(Arc::new(db) as Arc<dyn Db>)
             })
             .collect()
     }
@@ -276,7 +305,9 @@ impl StorageBackend for SimDisk {
     fn sync_data(&self) -> IoResult<()> {
         let mut m = self.sim.lock();
         m.tick(Kind::Sync, self.idx, None)?;
-        let lying = m.lying_sync;
+        let lying = m
+            .lie
+            .is_some_and(|l| m.ops >= l.from_op && l.disk.is_none_or(|d| d == self.idx));
         let d = &mut m.disks[self.idx];
         d.syncs += 1;
         if !lying {

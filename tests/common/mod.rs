@@ -1,6 +1,6 @@
 //! Shared by the crash-safety suites (`power_cut_every_step`, `power_cut_bytes`,
-//! `fsync_failure`): the chain, the flush policy and a driver that syncs a node to the end
-//! (block sync in windows of 4 up to a height, then consensus).
+//! `fsync_failure`): the chain, the flush policy, a driver that syncs a node to the end
+//! (block sync in windows up to a height, then consensus) and the suites' seed.
 //!
 //! Each test crate uses a different subset, hence the `dead_code` allowance.
 #![allow(dead_code)]
@@ -14,12 +14,34 @@ use flushpoint::{
     ChainSpec, Db, EventSink, FlushPolicy, HandshakeReport, HoldingDb, KvApp, Node, Profile, Result,
 };
 
-/// Blocks per window.
+/// Blocks per window of the default plan.
 pub const WINDOW: u64 = 4;
 
-/// The chain every suite syncs: small light blocks with a validator-set change every 3
-/// blocks, a consensus-params change every 7 and an empty block every 5, so that both
-/// windows (and the handshake's roll-forward and app replay of either) contain special blocks.
+/// The seed fixed in the source when `FLUSHPOINT_SEED` is unset: never a clock.
+pub const SEED_DEFAULT: u64 = 0x005e_edf1;
+
+/// The seed every random choice of a suite derives from: `FLUSHPOINT_SEED=<n>` (decimal or
+/// `0x` hex) replays a printed seed; unset, [`SEED_DEFAULT`]. Printed by the caller's label.
+pub fn seed(label: &str) -> u64 {
+    let s = match std::env::var("FLUSHPOINT_SEED") {
+        Ok(v) => {
+            let v = v.trim();
+            let parsed = match v.strip_prefix("0x") {
+                Some(hex) => u64::from_str_radix(hex, 16),
+                None => v.parse(),
+            };
+            parsed.unwrap_or_else(|_| panic!("FLUSHPOINT_SEED={v:?} is not a u64"))
+        }
+        Err(_) => SEED_DEFAULT,
+    };
+    println!("{label}: seed {s} (replay: FLUSHPOINT_SEED={s})");
+    s
+}
+
+/// The chain every suite syncs by default: small light blocks with a validator-set change
+/// every 3 blocks, a consensus-params change every 7 and an empty block every 5, so that
+/// both windows (and the handshake's roll-forward and app replay of either) contain special
+/// blocks.
 pub fn spec(initial_height: u64) -> ChainSpec {
     ChainSpec {
         seed: 0xf1u64,
@@ -31,36 +53,43 @@ pub fn spec(initial_height: u64) -> ChainSpec {
     }
 }
 
-/// Windows of exactly 4 blocks; the interval never fires during a test.
-pub fn policy() -> FlushPolicy {
+/// Windows of exactly `window` blocks; the interval never fires during a test.
+pub fn policy(window: u64) -> FlushPolicy {
     FlushPolicy {
-        window_blocks_max: Some(WINDOW),
+        window_blocks_max: Some(window),
         interval: Duration::from_secs(3600),
         ..FlushPolicy::default()
     }
 }
 
-/// What a run syncs: block sync up to `bs_end` (two windows), then consensus up to `end`.
+/// What a run syncs: block sync up to `bs_end` in windows of `window` blocks (a flush point
+/// also at `halt_height`), then consensus up to `end`.
 #[derive(Debug, Clone, Copy)]
 pub struct Plan {
     pub spec: ChainSpec,
     pub bs_end: u64,
     pub end: u64,
+    pub window: u64,
+    /// The app's configured halt height (a flush point is taken there).
+    pub halt_height: Option<u64>,
 }
 
 impl Plan {
-    /// `windows` windows of block sync, then `consensus` blocks in consensus mode.
+    /// `windows` windows of 4 blocks of block sync, then `consensus` blocks in consensus mode.
     pub fn new(initial_height: u64, windows: u64, consensus: u64) -> Plan {
         let base = initial_height - 1;
         Plan {
             spec: spec(initial_height),
             bs_end: base + windows * WINDOW,
             end: base + windows * WINDOW + consensus,
+            window: WINDOW,
+            halt_height: None,
         }
     }
 }
 
-/// Opens a node over the three databases (the app over a `HoldingDb` of `app_db`).
+/// Opens a node over the three databases (the app over a `HoldingDb` of `app_db`, with the
+/// plan's halt height).
 pub fn open_node(
     bs: Arc<dyn Db>,
     st: Arc<dyn Db>,
@@ -68,29 +97,40 @@ pub fn open_node(
     plan: &Plan,
     sink: Box<dyn EventSink>,
 ) -> Result<(Node, HandshakeReport)> {
-    let app = KvApp::open(Arc::new(HoldingDb::new(app_db)))?;
+    let mut app = KvApp::open(Arc::new(HoldingDb::new(app_db)))?;
+    app.set_halt_height(plan.halt_height);
     Node::open(bs, st, Box::new(app), &plan.spec.genesis(), sink)
 }
 
-/// Syncs `node` from wherever it is to `plan.end`: block sync (windows of 4) while below
-/// `plan.bs_end`, then `switch_to_consensus`, then consensus blocks. Blocks are regenerated
-/// from the node's own state, so a restarted node gets the same chain.
+/// Syncs `node` from wherever it is to `plan.end`: block sync (windows of `plan.window`)
+/// while below `plan.bs_end`, then `switch_to_consensus`, then consensus blocks. Blocks are
+/// regenerated from the node's own state, so a restarted node gets the same chain.
 ///
 /// After a restart the handshake leaves the node at a flush-point height (or in the
 /// consensus phase), so windows counted from the restart height fall where the uncut run's
 /// did and the flush records agree.
 pub fn drive(node: &mut Node, plan: &Plan) -> Result<()> {
+    drive_observed(node, plan, &mut |_| {})
+}
+
+/// [`drive`], calling `after` once each node call (start of block sync, each block, the
+/// switch to consensus) has returned `Ok`: the only places `durable_height` can change.
+pub fn drive_observed(node: &mut Node, plan: &Plan, after: &mut dyn FnMut(&Node)) -> Result<()> {
     if node.height() < plan.bs_end {
-        node.start_block_sync(policy(), Instant::now())?;
+        node.start_block_sync(policy(plan.window), Instant::now())?;
+        after(node);
         while node.height() < plan.bs_end {
             let (b, p, c) = plan.spec.next_block(node.state());
             node.sync_block(&b, &p, &c, Instant::now())?;
+            after(node);
         }
         node.switch_to_consensus(Instant::now())?;
+        after(node);
     }
     while node.height() < plan.end {
         let (b, p, c) = plan.spec.next_block(node.state());
         node.commit_block(&b, &p, &c)?;
+        after(node);
     }
     Ok(())
 }
