@@ -87,6 +87,7 @@ fn block_sync_costs_no_synced_batch_per_block_and_one_per_database_per_flush_poi
             interval: Duration::from_secs(3600),
             held_bytes_max: u64::MAX,
             window_blocks_max: Some(5),
+            background: false,
         },
         Instant::now(),
     )
@@ -166,6 +167,7 @@ fn redb_sync_data_matches_synced_batches_per_block_and_per_flush_point() {
             interval: Duration::from_secs(3600),
             held_bytes_max: u64::MAX,
             window_blocks_max: Some(10),
+            background: false,
         },
         Instant::now(),
     )

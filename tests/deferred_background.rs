@@ -90,7 +90,24 @@ struct Rig {
     dbs: [Inner; 3],
     gate: Arc<Gate>,
     fired: Arc<Mutex<Vec<Event>>>,
-    node: Node,
+    node: Option<Node>,
+}
+
+impl Rig {
+    fn n(&mut self) -> &mut Node {
+        self.node.as_mut().expect("the node is still here")
+    }
+    fn take(&mut self) -> Node {
+        self.node.take().expect("the node is still here")
+    }
+}
+
+impl Drop for Rig {
+    /// Opens the gate before the node is dropped: a failing assertion must fail the test,
+    /// not leave the node's drop joining a flush thread parked at a closed gate.
+    fn drop(&mut self) {
+        self.gate.open();
+    }
 }
 
 fn spec() -> ChainSpec {
@@ -135,7 +152,7 @@ fn rig(budgets: [FailAfter; 3]) -> Rig {
         dbs,
         gate,
         fired,
-        node,
+        node: Some(node),
     }
 }
 
@@ -157,8 +174,8 @@ fn sync(r: &mut Rig, n: u64, now: Instant) -> Result<Vec<FlushReport>> {
     let mut done = Vec::new();
     let s = spec();
     for _ in 0..n {
-        let (b, p, c) = s.next_block(r.node.state());
-        if let Some(rep) = r.node.sync_block(&b, &p, &c, now)? {
+        let (b, p, c) = s.next_block(r.n().state());
+        if let Some(rep) = r.n().sync_block(&b, &p, &c, now)? {
             done.push(rep);
         }
     }
@@ -200,9 +217,9 @@ fn background_flush_points_write_the_same_batches_in_the_same_order_as_synchrono
     for background in [false, true] {
         let mut r = rig(never());
         let now = Instant::now();
-        r.node.start_block_sync(policy(background), now).unwrap();
+        r.n().start_block_sync(policy(background), now).unwrap();
         sync(&mut r, 10, now).unwrap();
-        r.node.stop(now).unwrap();
+        r.take().stop(now).unwrap();
         let fired = new_block_heights(&r.fired.lock().unwrap());
         assert_eq!(
             fired,
@@ -235,7 +252,7 @@ fn background_flush_points_write_the_same_batches_in_the_same_order_as_synchrono
 fn the_window_in_flight_stays_readable_and_fires_its_events_only_once_durable() {
     let mut r = rig(never());
     let now = Instant::now();
-    r.node.start_block_sync(policy(true), now).unwrap();
+    r.n().start_block_sync(policy(true), now).unwrap();
     r.gate.close();
     let done = sync(&mut r, WINDOW, now).unwrap();
     assert!(
@@ -244,31 +261,31 @@ fn the_window_in_flight_stays_readable_and_fires_its_events_only_once_durable() 
     );
     r.gate.wait_for_a_parked_write();
     // The flush thread is parked at the block store's batch: nothing is durable yet.
-    assert_eq!(r.node.durable_height(), 0);
+    assert_eq!(r.n().durable_height(), 0);
     assert!(
         r.fired.lock().unwrap().is_empty(),
         "no event before durability"
     );
     assert!(!meta_on_disk(&r.dbs[0], 2), "block 2 is not on disk yet");
     assert!(
-        r.node.block_store().load_block(2).unwrap().is_some(),
+        r.n().block_store().load_block(2).unwrap().is_some(),
         "the frozen window is readable"
     );
     // The loop goes on into a new window meanwhile.
     sync(&mut r, 1, now).unwrap();
-    assert_eq!(r.node.height(), WINDOW + 1);
+    assert_eq!(r.n().height(), WINDOW + 1);
     assert!(
-        r.node
+        r.n()
             .block_store()
             .load_block(WINDOW + 1)
             .unwrap()
             .is_some()
     );
-    assert_eq!(r.node.on_timer(now).unwrap(), None, "still in flight");
+    assert_eq!(r.n().on_timer(now).unwrap(), None, "still in flight");
     r.gate.open();
-    let rep = poll_until_done(&mut r.node, now).unwrap();
+    let rep = poll_until_done(r.n(), now).unwrap();
     assert_eq!((rep.from, rep.to), (0, WINDOW));
-    assert_eq!(r.node.durable_height(), WINDOW);
+    assert_eq!(r.n().durable_height(), WINDOW);
     assert_eq!(
         new_block_heights(&r.fired.lock().unwrap()),
         (1..=WINDOW).collect::<Vec<_>>(),
@@ -281,7 +298,7 @@ fn the_window_in_flight_stays_readable_and_fires_its_events_only_once_durable() 
         !meta_on_disk(&r.dbs[0], WINDOW + 1),
         "the open window is held"
     );
-    r.node.stop(now).unwrap();
+    r.take().stop(now).unwrap();
     assert_eq!(
         new_block_heights(&r.fired.lock().unwrap()),
         (1..=WINDOW + 1).collect::<Vec<_>>()
@@ -293,20 +310,20 @@ fn a_failed_background_window_poisons_the_node_and_fires_nothing() {
     // The state accepts the genesis save, then fails the window's batch (step 2).
     let mut r = rig([FailAfter::never(), FailAfter::new(1), FailAfter::never()]);
     let now = Instant::now();
-    r.node.start_block_sync(policy(true), now).unwrap();
+    r.n().start_block_sync(policy(true), now).unwrap();
     sync(&mut r, WINDOW, now).unwrap();
-    let err = poll_until_done(&mut r.node, now).expect_err("the window's state batch fails");
+    let err = poll_until_done(r.n(), now).expect_err("the window's state batch fails");
     assert!(matches!(err, Error::Storage { .. }), "{err}");
     assert!(
         r.fired.lock().unwrap().is_empty(),
         "no event of a failed window"
     );
-    assert_eq!(r.node.durable_height(), 0);
+    assert_eq!(r.n().durable_height(), 0);
     assert!(meta_on_disk(&r.dbs[0], WINDOW), "step 1 had been written");
     let app_meta = r.dbs[2].get(&keys::singleton(keys::APP_META)).unwrap();
     assert!(app_meta.is_none(), "step 3 never ran");
-    let (b, p, c) = spec().next_block(r.node.state());
-    let again = r.node.sync_block(&b, &p, &c, now).expect_err("poisoned");
+    let (b, p, c) = spec().next_block(r.n().state());
+    let again = r.n().sync_block(&b, &p, &c, now).expect_err("poisoned");
     assert!(matches!(again, Error::Poisoned { .. }), "{again}");
 }
 
@@ -314,7 +331,7 @@ fn a_failed_background_window_poisons_the_node_and_fires_nothing() {
 fn the_next_window_waits_for_the_one_in_flight() {
     let mut r = rig(never());
     let now = Instant::now();
-    r.node.start_block_sync(policy(true), now).unwrap();
+    r.n().start_block_sync(policy(true), now).unwrap();
     r.gate.close();
     sync(&mut r, WINDOW, now).unwrap();
     r.gate.wait_for_a_parked_write();
@@ -335,7 +352,7 @@ fn the_next_window_waits_for_the_one_in_flight() {
         "the first window completed before the second was frozen"
     );
     assert!(done[0].loop_wait > Duration::ZERO);
-    let rep = poll_until_done(&mut r.node, now).unwrap();
+    let rep = poll_until_done(r.n(), now).unwrap();
     assert_eq!((rep.from, rep.to), (WINDOW, 2 * WINDOW));
     assert_eq!(
         new_block_heights(&r.fired.lock().unwrap()),
@@ -347,7 +364,7 @@ fn the_next_window_waits_for_the_one_in_flight() {
 fn the_interval_does_not_stop_the_loop_while_a_window_is_in_flight() {
     let mut r = rig(never());
     let now = Instant::now();
-    r.node
+    r.n()
         .start_block_sync(
             FlushPolicy {
                 interval: Duration::from_secs(1),
@@ -370,16 +387,16 @@ fn the_interval_does_not_stop_the_loop_while_a_window_is_in_flight() {
         })
     };
     let later = now + Duration::from_secs(10);
-    assert_eq!(r.node.on_timer(later).unwrap(), None);
+    assert_eq!(r.n().on_timer(later).unwrap(), None);
     assert!(
         r.gate.is_closed(),
         "the interval trigger returned without waiting for the window in flight"
     );
     r.gate.open();
-    let rep = poll_until_done(&mut r.node, later).unwrap();
+    let rep = poll_until_done(r.n(), later).unwrap();
     assert_eq!((rep.from, rep.to), (0, WINDOW));
     // Once the window is durable the overdue interval takes the open window.
-    let rep = poll_until_done(&mut r.node, later).unwrap();
+    let rep = poll_until_done(r.n(), later).unwrap();
     assert_eq!((rep.from, rep.to), (WINDOW, WINDOW + 1));
     drop(watchdog);
 }
@@ -389,7 +406,7 @@ fn stop_and_drop_leave_the_window_in_flight_on_disk() {
     for stop in [true, false] {
         let mut r = rig(never());
         let now = Instant::now();
-        r.node.start_block_sync(policy(true), now).unwrap();
+        r.n().start_block_sync(policy(true), now).unwrap();
         r.gate.close();
         sync(&mut r, WINDOW, now).unwrap();
         r.gate.wait_for_a_parked_write();
@@ -401,7 +418,8 @@ fn stop_and_drop_leave_the_window_in_flight_on_disk() {
             })
         };
         if stop {
-            r.node.stop(now).unwrap();
+            let node = r.take();
+            node.stop(now).unwrap();
             assert_eq!(
                 new_block_heights(&r.fired.lock().unwrap()),
                 (1..=WINDOW).collect::<Vec<_>>()
@@ -409,7 +427,8 @@ fn stop_and_drop_leave_the_window_in_flight_on_disk() {
         } else {
             // Dropping without stop: the window in flight is still written (its events do
             // not fire: nothing was acknowledged); held blocks after it would be lost.
-            drop(r.node);
+            let node = r.take();
+            drop(node);
             assert!(r.fired.lock().unwrap().is_empty());
         }
         opener.join().unwrap();

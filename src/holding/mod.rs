@@ -160,7 +160,33 @@ impl<D: Db> HoldingDb<D> {
     /// poisoned and the held writes are kept (but unreadable through the poison).
     pub fn write_held(&self) -> Result<HeldWrite> {
         self.freeze()?;
-        self.write_frozen()
+        let written = self.write_frozen();
+        if written.is_err() {
+            self.unfreeze();
+        }
+        written
+    }
+
+    /// Puts a frozen window whose write failed back under the overlay (later writes win),
+    /// so a failed `write_held` keeps its writes where they were held.
+    fn unfreeze(&self) {
+        let mut h = self.held.write().expect("held lock");
+        let Some(window) = h.frozen.take() else {
+            return;
+        };
+        let window = Arc::try_unwrap(window).unwrap_or_else(|shared| Overlay {
+            map: shared.map.clone(),
+            index: shared.index.clone(),
+            held_bytes: shared.held_bytes,
+        });
+        let newer = std::mem::replace(&mut h.active, window);
+        for (k, v) in newer.map {
+            let op = match v {
+                Some(v) => Op::Put(k, v),
+                None => Op::Delete(k),
+            };
+            h.active.apply(&op);
+        }
     }
 
     /// Moves the overlay to the frozen window, so a flush can write it while later writes

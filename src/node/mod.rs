@@ -855,9 +855,16 @@ impl Node {
         &self.deferred
     }
 
-    /// Bytes held by the block store, the state and the app.
+    /// Bytes held in memory by the block store, the state and the app: the open window plus
+    /// a window frozen for a flush (in flight, or kept after its write failed).
     pub fn held(&self) -> [u64; 3] {
-        self.held_bytes()
+        let open = self.held_bytes();
+        let app_frozen = self.app.held_store().map_or(0, |s| s.frozen_bytes());
+        [
+            open[0] + self.block_db.frozen_bytes(),
+            open[1] + self.state_db.frozen_bytes(),
+            open[2] + app_frozen,
+        ]
     }
 }
 
