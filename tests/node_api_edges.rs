@@ -49,10 +49,13 @@ impl Rig {
     }
 }
 
+/// Synchronous flush points: these tests pin what a call returns when it takes one (the
+/// background mode's reports are covered by `deferred_background`).
 fn policy(window: u64) -> FlushPolicy {
     FlushPolicy {
         interval: Duration::from_secs(3600),
         window_blocks_max: Some(window),
+        background: false,
         ..FlushPolicy::default()
     }
 }
@@ -271,6 +274,7 @@ fn the_flush_interval_counts_from_the_start_of_block_sync() {
     let start = Instant::now() + Duration::from_secs(5);
     let p = FlushPolicy {
         interval: Duration::from_secs(1),
+        background: false,
         ..FlushPolicy::default()
     };
     node.start_block_sync(p, start).unwrap();

@@ -11,6 +11,12 @@ use flushpoint::{
 
 #[test]
 fn block_sync_then_consensus_then_restart_is_consistent() {
+    for background in [false, true] {
+        smoke(background);
+    }
+}
+
+fn smoke(background: bool) {
     let spec = ChainSpec::new(7, Profile::Light);
     let bs = Arc::new(CountingDb::new(MemoryDb::new("block store")));
     let st = Arc::new(CountingDb::new(MemoryDb::new("state")));
@@ -31,6 +37,7 @@ fn block_sync_then_consensus_then_restart_is_consistent() {
     let policy = FlushPolicy {
         window_blocks_max: Some(4),
         interval: std::time::Duration::from_secs(3600),
+        background,
         ..FlushPolicy::default()
     };
     node.start_block_sync(policy, Instant::now()).unwrap();
@@ -46,11 +53,18 @@ fn block_sync_then_consensus_then_restart_is_consistent() {
             flushes += 1;
         }
     }
-    assert_eq!(flushes, 2);
+    // A background flush point completes later: the second window is durable at the switch.
+    let switched = node.switch_to_consensus(Instant::now()).unwrap();
+    if background {
+        assert_eq!(flushes, 1, "the first window completed during the second");
+        assert_eq!(switched.map(|r| (r.from, r.to)), Some((4, 8)));
+    } else {
+        assert_eq!(flushes, 2);
+        assert!(switched.is_none(), "nothing held at the switch");
+    }
     assert_eq!(bs.counts().synced_batches - before.0.synced_batches, 2);
     assert_eq!(st.counts().synced_batches - before.1.synced_batches, 2);
     assert_eq!(app_db.counts().synced_batches - before.2.synced_batches, 2);
-    node.switch_to_consensus(Instant::now()).unwrap();
     for _ in 0..2 {
         let (b, p, c) = spec.next_block(node.state());
         node.commit_block(&b, &p, &c).unwrap();

@@ -262,6 +262,8 @@ struct Config {
     consensus: u64,
     halt_height: Option<u64>,
     start: Start,
+    /// Background flush points (ADR 0004) or synchronous ones.
+    background: bool,
 }
 
 fn chain(initial_height: u64, profile: Profile, v: u64, p: u64, e: u64) -> ChainSpec {
@@ -302,6 +304,7 @@ fn configs() -> Vec<(Config, bool)> {
                 consensus,
                 halt_height,
                 start,
+                background: true,
             },
             ci,
         ));
@@ -373,6 +376,19 @@ fn configs() -> Vec<(Config, bool)> {
         None,
         Start::BlockStoreAhead { blocks: 2 },
     );
+    // Every configuration again with synchronous flush points: both modes issue the same
+    // synced batches in the same order (ADR 0004), so their cut states coincide — the
+    // distinct count stays, and each mode's recoveries are checked on their own.
+    let synchronous: Vec<(Config, bool)> = out
+        .iter()
+        .map(|(c, ci)| {
+            let mut c = c.clone();
+            c.background = false;
+            c.label.push_str(" sync-flush");
+            (c, *ci)
+        })
+        .collect();
+    out.extend(synchronous);
     out
 }
 
@@ -625,6 +641,7 @@ fn start_maps(cfg: &Config) -> [Map; 3] {
         end: base + blocks,
         window: cfg.window,
         halt_height: None,
+        background: cfg.background,
     };
     let empty: [Map; 3] = Default::default();
     let run = Run::new([&empty[0], &empty[1], &empty[2]]);
@@ -677,6 +694,7 @@ fn uncut(cfg: &Config) -> (Reference, RunLog, [Image; 3]) {
         end: 0,
         window: cfg.window,
         halt_height: cfg.halt_height,
+        background: cfg.background,
     };
     let (mut node, report) = open_node(run.db(0), run.db(1), run.db(2), &plan, run.sink()).unwrap();
     plan.bs_end = report.height + cfg.bs_blocks;

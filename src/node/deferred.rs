@@ -81,7 +81,7 @@ impl Default for FlushPolicy {
             interval: FLUSH_INTERVAL,
             held_bytes_max: FLUSH_BYTES_MAX,
             window_blocks_max: None,
-            background: false,
+            background: true,
         }
     }
 }

@@ -53,11 +53,13 @@ pub fn spec(initial_height: u64) -> ChainSpec {
     }
 }
 
-/// Windows of exactly `window` blocks; the interval never fires during a test.
-pub fn policy(window: u64) -> FlushPolicy {
+/// Windows of exactly `window` blocks; the interval never fires during a test;
+/// `background`: flush points written by the flush thread (ADR 0004) or synchronously.
+pub fn policy(window: u64, background: bool) -> FlushPolicy {
     FlushPolicy {
         window_blocks_max: Some(window),
         interval: Duration::from_secs(3600),
+        background,
         ..FlushPolicy::default()
     }
 }
@@ -72,6 +74,8 @@ pub struct Plan {
     pub window: u64,
     /// The app's configured halt height (a flush point is taken there).
     pub halt_height: Option<u64>,
+    /// Background flush points (the default) or synchronous ones.
+    pub background: bool,
 }
 
 impl Plan {
@@ -84,6 +88,7 @@ impl Plan {
             end: base + windows * WINDOW + consensus,
             window: WINDOW,
             halt_height: None,
+            background: FlushPolicy::default().background,
         }
     }
 }
@@ -117,7 +122,7 @@ pub fn drive(node: &mut Node, plan: &Plan) -> Result<()> {
 /// switch to consensus) has returned `Ok`: the only places `durable_height` can change.
 pub fn drive_observed(node: &mut Node, plan: &Plan, after: &mut dyn FnMut(&Node)) -> Result<()> {
     if node.height() < plan.bs_end {
-        node.start_block_sync(policy(plan.window), Instant::now())?;
+        node.start_block_sync(policy(plan.window, plan.background), Instant::now())?;
         after(node);
         while node.height() < plan.bs_end {
             let (b, p, c) = plan.spec.next_block(node.state());
