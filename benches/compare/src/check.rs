@@ -43,7 +43,12 @@ impl std::fmt::Display for CheckError {
 impl std::error::Error for CheckError {}
 
 fn short(o: &Outcome) -> String {
-    let hex = |b: &[u8]| b.iter().take(8).map(|x| format!("{x:02x}")).collect::<String>();
+    let hex = |b: &[u8]| {
+        b.iter()
+            .take(8)
+            .map(|x| format!("{x:02x}"))
+            .collect::<String>()
+    };
     match o {
         Outcome::Missing => "missing".into(),
         Outcome::Block(h, hash) => format!("block {h} {}…", hex(hash)),

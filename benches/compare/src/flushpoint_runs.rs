@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use flushpoint::{
-    Batch, BlockStore, ChainSpec, CountingDb, Db, DbIter, Direction, Durability,
-    FlushPolicy, HoldingDb, Home, KeyRange, KvApp, MemoryDb, Mode, NoEvents, Node, Op, Profile,
-    StateStore, SyncCounters, Tx,
+    Batch, BlockStore, ChainSpec, CountingDb, Db, DbIter, Direction, Durability, FlushPolicy,
+    HoldingDb, Home, KeyRange, KvApp, MemoryDb, Mode, NoEvents, Node, Op, Profile, StateStore,
+    SyncCounters, Tx,
 };
 
 use crate::check::{Outcome, check};
@@ -29,6 +29,12 @@ use crate::sys::ProcIo;
 
 /// Seed of the synthetic chain in every run (the peers' shape is measured on it too).
 pub const CHAIN_SEED: u64 = 1;
+
+/// True when the environment asks to plant a wrong oracle answer named `what`
+/// (`COMPARE_SABOTAGE`); only the tests set it, to see the checks reject it.
+fn sabotage(what: &str) -> bool {
+    std::env::var("COMPARE_SABOTAGE").is_ok_and(|v| v == what)
+}
 
 /// A flushpoint mode measured by the harness.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -309,22 +315,17 @@ pub fn run_write(
         (None, Some(m)) => durable_heights(m[0].clone(), m[1].clone(), m[2].clone())?,
         (None, None) => return Err("no databases".into()),
     };
+    // COMPARE_SABOTAGE=heights makes the oracle expect one block more: the tests use it to
+    // see a wrong answer rejected end to end.
+    let want = blocks + u64::from(sabotage("heights"));
     check(
         "durable heights (block store, state, app)",
         &Outcome::Heights(heights.to_vec()),
-        &Outcome::Heights(vec![blocks; 3]),
+        &Outcome::Heights(vec![want; 3]),
     )
     .map_err(|e| e.to_string())?;
     // …and the synced batches are the mode's.
-    let ok = match mode {
-        FpMode::PerBlock => synced == 4 * blocks,
-        FpMode::Legacy => synced == 5 * blocks,
-        FpMode::NoSync => synced == 0,
-        FpMode::Deferred | FpMode::Memory => {
-            flush_points >= 1 && synced <= 3 * (flush_points + 1)
-        }
-    };
-    if !ok {
+    if !path_is_the_modes(mode, synced, blocks, flush_points) {
         return Err(format!(
             "{mode:?}: {synced} synced batches for {blocks} blocks and {flush_points} flush points is not this mode's path"
         ));
@@ -336,6 +337,18 @@ pub fn run_write(
         synced_batches: synced,
         flush_points,
     })
+}
+
+/// True when `synced` batches over `blocks` blocks and `flush_points` flush points are the
+/// path `mode` names: 4 synced batches per block on the consensus path, 5 on the legacy
+/// path, none without sync, and at most 3 per flush point (plus the close) when deferred.
+pub fn path_is_the_modes(mode: FpMode, synced: u64, blocks: u64, flush_points: u64) -> bool {
+    match mode {
+        FpMode::PerBlock => synced == 4 * blocks,
+        FpMode::Legacy => synced == 5 * blocks,
+        FpMode::NoSync => synced == 0,
+        FpMode::Deferred | FpMode::Memory => flush_points >= 1 && synced <= 3 * (flush_points + 1),
+    }
 }
 
 fn durable_heights<D: Db + 'static>(
@@ -509,12 +522,15 @@ fn run_reader(
         .collect();
     let mut hashes = Vec::with_capacity(heights.len());
     for &h in &heights {
-        let next = r
-            .bs
-            .load_block_meta(h + 1)
-            .map_err(e)?
-            .ok_or(format!("oracle: no meta at {}", h + 1))?;
+        let next =
+            r.bs.load_block_meta(h + 1)
+                .map_err(e)?
+                .ok_or(format!("oracle: no meta at {}", h + 1))?;
         hashes.push(next.header.last_block_hash);
+    }
+    // COMPARE_SABOTAGE=index-hash: the oracle's first hash is wrong (tests only).
+    if sabotage("index-hash") {
+        hashes[0][0] ^= 1;
     }
     let syncs = &r.sync_count;
 
@@ -525,7 +541,12 @@ fn run_reader(
         let got = b.as_ref().map_or(Outcome::Missing, |b| {
             Outcome::Block(b.header.height, b.hash().to_vec())
         });
-        check("block by height", &got, &Outcome::Block(h, hashes[i].to_vec())).map_err(ce)?;
+        check(
+            "block by height",
+            &got,
+            &Outcome::Block(h, hashes[i].to_vec()),
+        )
+        .map_err(ce)?;
         let b = b.expect("checked");
         // Part 0 is the first bytes of the block's encoding.
         let part = r.bs.load_block_part(h, 0).map_err(e)?;
@@ -539,67 +560,190 @@ fn run_reader(
         .map_err(ce)?;
         headers.push(b.header.clone());
     }
-    rows.push(time_lookups(variant, "block by height (hit)", heights.len(), cfg.passes, syncs, |i| {
-        r.bs.load_block(heights[i]).ok().flatten().map_or(0, |b| b.txs.len())
-    }));
+    rows.push(time_lookups(
+        variant,
+        "block by height (hit)",
+        heights.len(),
+        cfg.passes,
+        syncs,
+        |i| {
+            r.bs.load_block(heights[i])
+                .ok()
+                .flatten()
+                .map_or(0, |b| b.txs.len())
+        },
+    ));
     let misses: Vec<u64> = (0..cfg.keys as u64).map(|i| tip + 1 + i).collect();
     for &h in &misses {
-        check("block by height (miss)", &r.bs.load_block(h).map_err(e)?.map_or(Outcome::Missing, |b| Outcome::Block(b.header.height, b.hash().to_vec())), &Outcome::Missing).map_err(ce)?;
+        check(
+            "block by height (miss)",
+            &r.bs
+                .load_block(h)
+                .map_err(e)?
+                .map_or(Outcome::Missing, |b| {
+                    Outcome::Block(b.header.height, b.hash().to_vec())
+                }),
+            &Outcome::Missing,
+        )
+        .map_err(ce)?;
     }
-    rows.push(time_lookups(variant, "block by height (miss)", misses.len(), cfg.passes, syncs, |i| {
-        usize::from(r.bs.load_block(misses[i]).ok().flatten().is_some())
-    }));
+    rows.push(time_lookups(
+        variant,
+        "block by height (miss)",
+        misses.len(),
+        cfg.passes,
+        syncs,
+        |i| usize::from(r.bs.load_block(misses[i]).ok().flatten().is_some()),
+    ));
 
     // Block by hash.
     for (i, hash) in hashes.iter().enumerate() {
-        let got = r.bs.load_block_by_hash(hash).map_err(e)?.map_or(Outcome::Missing, |b| {
-            Outcome::Block(b.header.height, b.hash().to_vec())
-        });
-        check("block by hash", &got, &Outcome::Block(heights[i], hash.to_vec())).map_err(ce)?;
+        let got =
+            r.bs.load_block_by_hash(hash)
+                .map_err(e)?
+                .map_or(Outcome::Missing, |b| {
+                    Outcome::Block(b.header.height, b.hash().to_vec())
+                });
+        check(
+            "block by hash",
+            &got,
+            &Outcome::Block(heights[i], hash.to_vec()),
+        )
+        .map_err(ce)?;
     }
-    rows.push(time_lookups(variant, "block by hash (hit)", hashes.len(), cfg.passes, syncs, |i| {
-        r.bs.load_block_by_hash(&hashes[i]).ok().flatten().map_or(0, |b| b.txs.len())
-    }));
+    rows.push(time_lookups(
+        variant,
+        "block by hash (hit)",
+        hashes.len(),
+        cfg.passes,
+        syncs,
+        |i| {
+            r.bs.load_block_by_hash(&hashes[i])
+                .ok()
+                .flatten()
+                .map_or(0, |b| b.txs.len())
+        },
+    ));
     let absent: Vec<[u8; 32]> = (0..cfg.keys as u64)
         .map(|i| flushpoint::sha256(&[b"absent hash ".as_slice(), &i.to_be_bytes()].concat()))
         .collect();
     for a in &absent {
-        let got = r.bs.load_block_by_hash(a).map_err(e)?.map_or(Outcome::Missing, |b| Outcome::Block(b.header.height, b.hash().to_vec()));
+        let got =
+            r.bs.load_block_by_hash(a)
+                .map_err(e)?
+                .map_or(Outcome::Missing, |b| {
+                    Outcome::Block(b.header.height, b.hash().to_vec())
+                });
         check("block by hash (miss)", &got, &Outcome::Missing).map_err(ce)?;
     }
-    rows.push(time_lookups(variant, "block by hash (miss)", absent.len(), cfg.passes, syncs, |i| {
-        usize::from(r.bs.load_block_by_hash(&absent[i]).ok().flatten().is_some())
-    }));
+    rows.push(time_lookups(
+        variant,
+        "block by hash (miss)",
+        absent.len(),
+        cfg.passes,
+        syncs,
+        |i| usize::from(r.bs.load_block_by_hash(&absent[i]).ok().flatten().is_some()),
+    ));
 
     // One part; a block meta.
-    rows.push(time_lookups(variant, "part 0 (hit)", heights.len(), cfg.passes, syncs, |i| {
-        r.bs.load_block_part(heights[i], 0).ok().flatten().map_or(0, |p| p.len())
-    }));
+    rows.push(time_lookups(
+        variant,
+        "part 0 (hit)",
+        heights.len(),
+        cfg.passes,
+        syncs,
+        |i| {
+            r.bs.load_block_part(heights[i], 0)
+                .ok()
+                .flatten()
+                .map_or(0, |p| p.len())
+        },
+    ));
     for (i, &h) in heights.iter().enumerate() {
-        let got = r.bs.load_block_meta(h).map_err(e)?.map_or(Outcome::Missing, |m| Outcome::Block(m.header.height, m.block_hash.to_vec()));
+        let got =
+            r.bs.load_block_meta(h)
+                .map_err(e)?
+                .map_or(Outcome::Missing, |m| {
+                    Outcome::Block(m.header.height, m.block_hash.to_vec())
+                });
         check("block meta", &got, &Outcome::Block(h, hashes[i].to_vec())).map_err(ce)?;
-        check("block meta (miss)", &r.bs.load_block_meta(tip + 1 + i as u64).map_err(e)?.map_or(Outcome::Missing, |m| Outcome::Block(m.header.height, m.block_hash.to_vec())), &Outcome::Missing).map_err(ce)?;
+        check(
+            "block meta (miss)",
+            &r.bs
+                .load_block_meta(tip + 1 + i as u64)
+                .map_err(e)?
+                .map_or(Outcome::Missing, |m| {
+                    Outcome::Block(m.header.height, m.block_hash.to_vec())
+                }),
+            &Outcome::Missing,
+        )
+        .map_err(ce)?;
     }
-    rows.push(time_lookups(variant, "block meta (hit)", heights.len(), cfg.passes, syncs, |i| {
-        r.bs.load_block_meta(heights[i]).ok().flatten().map_or(0, |m| m.part_count as usize)
-    }));
-    rows.push(time_lookups(variant, "block meta (miss)", misses.len(), cfg.passes, syncs, |i| {
-        usize::from(r.bs.load_block_meta(misses[i]).ok().flatten().is_some())
-    }));
+    rows.push(time_lookups(
+        variant,
+        "block meta (hit)",
+        heights.len(),
+        cfg.passes,
+        syncs,
+        |i| {
+            r.bs.load_block_meta(heights[i])
+                .ok()
+                .flatten()
+                .map_or(0, |m| m.part_count as usize)
+        },
+    ));
+    rows.push(time_lookups(
+        variant,
+        "block meta (miss)",
+        misses.len(),
+        cfg.passes,
+        syncs,
+        |i| usize::from(r.bs.load_block_meta(misses[i]).ok().flatten().is_some()),
+    ));
 
     // State at height: validators and consensus params, checked against the header's hashes.
     for (i, &h) in heights.iter().enumerate() {
         let v = r.st.load_validators(h).map_err(e)?;
-        check("validators at height", &v.map_or(Outcome::Missing, |(_, v)| hash_outcome(v.hash())), &hash_outcome(headers[i].validators_hash)).map_err(ce)?;
+        check(
+            "validators at height",
+            &v.map_or(Outcome::Missing, |(_, v)| hash_outcome(v.hash())),
+            &hash_outcome(headers[i].validators_hash),
+        )
+        .map_err(ce)?;
         let p = r.st.load_consensus_params(h).map_err(e)?;
-        check("params at height", &p.map_or(Outcome::Missing, |(_, p)| hash_outcome(p.hash())), &hash_outcome(headers[i].consensus_params_hash)).map_err(ce)?;
+        check(
+            "params at height",
+            &p.map_or(Outcome::Missing, |(_, p)| hash_outcome(p.hash())),
+            &hash_outcome(headers[i].consensus_params_hash),
+        )
+        .map_err(ce)?;
     }
-    rows.push(time_lookups(variant, "validators at height (hit)", heights.len(), cfg.passes, syncs, |i| {
-        r.st.load_validators(heights[i]).ok().flatten().map_or(0, |(_, v)| v.validators.len())
-    }));
-    rows.push(time_lookups(variant, "params at height (hit)", heights.len(), cfg.passes, syncs, |i| {
-        r.st.load_consensus_params(heights[i]).ok().flatten().map_or(0, |(h, _)| h as usize)
-    }));
+    rows.push(time_lookups(
+        variant,
+        "validators at height (hit)",
+        heights.len(),
+        cfg.passes,
+        syncs,
+        |i| {
+            r.st.load_validators(heights[i])
+                .ok()
+                .flatten()
+                .map_or(0, |(_, v)| v.validators.len())
+        },
+    ));
+    rows.push(time_lookups(
+        variant,
+        "params at height (hit)",
+        heights.len(),
+        cfg.passes,
+        syncs,
+        |i| {
+            r.st.load_consensus_params(heights[i])
+                .ok()
+                .flatten()
+                .map_or(0, |(h, _)| h as usize)
+        },
+    ));
 
     // App keys: the oracle replays the chain's transactions.
     let mut sample: Vec<Bytes> = Vec::with_capacity(cfg.keys);
@@ -620,26 +764,46 @@ fn run_reader(
         check(
             "app key",
             &got.map_or(Outcome::Missing, |v| Outcome::Value(v.to_vec())),
-            &want.clone().map_or(Outcome::Missing, |v| Outcome::Value(v.to_vec())),
+            &want
+                .clone()
+                .map_or(Outcome::Missing, |v| Outcome::Value(v.to_vec())),
         )
         .map_err(ce)?;
         if want.is_some() {
             live.push(k.clone());
         }
     }
-    rows.push(time_lookups(variant, "app key (hit)", live.len(), cfg.passes, syncs, |i| {
-        r.app.get(&live[i]).ok().flatten().map_or(0, |v| v.len())
-    }));
+    rows.push(time_lookups(
+        variant,
+        "app key (hit)",
+        live.len(),
+        cfg.passes,
+        syncs,
+        |i| r.app.get(&live[i]).ok().flatten().map_or(0, |v| v.len()),
+    ));
     // Keys outside the chain's key space (2^20): never written.
     let absent_keys: Vec<Bytes> = (0..cfg.keys as u64)
         .map(|i| Bytes::copy_from_slice(&flushpoint::sha256(&((1u64 << 40) + i).to_be_bytes())))
         .collect();
     for k in &absent_keys {
-        check("app key (miss)", &r.app.get(k).map_err(e)?.map_or(Outcome::Missing, |v| Outcome::Value(v.to_vec())), &Outcome::Missing).map_err(ce)?;
+        check(
+            "app key (miss)",
+            &r.app
+                .get(k)
+                .map_err(e)?
+                .map_or(Outcome::Missing, |v| Outcome::Value(v.to_vec())),
+            &Outcome::Missing,
+        )
+        .map_err(ce)?;
     }
-    rows.push(time_lookups(variant, "app key (miss)", absent_keys.len(), cfg.passes, syncs, |i| {
-        usize::from(r.app.get(&absent_keys[i]).ok().flatten().is_some())
-    }));
+    rows.push(time_lookups(
+        variant,
+        "app key (miss)",
+        absent_keys.len(),
+        cfg.passes,
+        syncs,
+        |i| usize::from(r.app.get(&absent_keys[i]).ok().flatten().is_some()),
+    ));
 
     held_overlay(variant, &r.app_db, cfg, syncs, rows)
 }
@@ -690,32 +854,66 @@ fn held_overlay(
     let mut seed = cfg.seed ^ 0x4e1d;
     let hit: Vec<u64> = (0..cfg.keys).map(|_| rng(&mut seed) % n).collect();
     let hit_keys: Vec<[u8; 32]> = hit.iter().map(|&i| held_key(i)).collect();
-    let miss_keys: Vec<[u8; 32]> = (0..cfg.keys as u64).map(|i| held_key(n + 1_000_000 + i)).collect();
+    let miss_keys: Vec<[u8; 32]> = (0..cfg.keys as u64)
+        .map(|i| held_key(n + 1_000_000 + i))
+        .collect();
     let val = |o: Option<Bytes>| o.map_or(Outcome::Missing, |v| Outcome::Value(v.to_vec()));
     for (i, k) in hit_keys.iter().enumerate() {
-        check("held hit", &val(held.get(k).map_err(e)?), &Outcome::Value(held_value(hit[i]))).map_err(ce)?;
+        check(
+            "held hit",
+            &val(held.get(k).map_err(e)?),
+            &Outcome::Value(held_value(hit[i])),
+        )
+        .map_err(ce)?;
     }
     for k in &miss_keys {
-        check("held miss", &val(held.get(k).map_err(e)?), &Outcome::Missing).map_err(ce)?;
+        check(
+            "held miss",
+            &val(held.get(k).map_err(e)?),
+            &Outcome::Missing,
+        )
+        .map_err(ce)?;
     }
     for k in &dead {
-        check("tombstone", &val(held.get(k).map_err(e)?), &Outcome::Missing).map_err(ce)?;
+        check(
+            "tombstone",
+            &val(held.get(k).map_err(e)?),
+            &Outcome::Missing,
+        )
+        .map_err(ce)?;
         // The delete covers a live key: the database below still has it.
         if held.get_durable(k).map_err(e)?.is_none() {
-            return Err(format!("tombstone over {k:?}: the database below has no value"));
+            return Err(format!(
+                "tombstone over {k:?}: the database below has no value"
+            ));
         }
     }
     let mib = held.held_bytes() as f64 / (1 << 20) as f64;
     let name = |what: &str| format!("{what}, {mib:.0} MiB held");
-    rows.push(time_lookups(variant, &name("held point read (hit)"), hit_keys.len(), cfg.passes, syncs, |i| {
-        held.get(&hit_keys[i]).ok().flatten().map_or(0, |v| v.len())
-    }));
-    rows.push(time_lookups(variant, &name("held miss (falls through)"), miss_keys.len(), cfg.passes, syncs, |i| {
-        usize::from(held.get(&miss_keys[i]).ok().flatten().is_some())
-    }));
-    rows.push(time_lookups(variant, &name("held tombstone"), dead.len(), cfg.passes, syncs, |i| {
-        usize::from(held.get(&dead[i]).ok().flatten().is_some())
-    }));
+    rows.push(time_lookups(
+        variant,
+        &name("held point read (hit)"),
+        hit_keys.len(),
+        cfg.passes,
+        syncs,
+        |i| held.get(&hit_keys[i]).ok().flatten().map_or(0, |v| v.len()),
+    ));
+    rows.push(time_lookups(
+        variant,
+        &name("held miss (falls through)"),
+        miss_keys.len(),
+        cfg.passes,
+        syncs,
+        |i| usize::from(held.get(&miss_keys[i]).ok().flatten().is_some()),
+    ));
+    rows.push(time_lookups(
+        variant,
+        &name("held tombstone"),
+        dead.len(),
+        cfg.passes,
+        syncs,
+        |i| usize::from(held.get(&dead[i]).ok().flatten().is_some()),
+    ));
     // Dropped without `write_held`: nothing held reaches the database.
     drop(held);
     Ok(())
@@ -738,9 +936,10 @@ pub fn index_bench(dir: &Path, cfg: &IndexConfig) -> Result<Vec<IndexRow>, Strin
         home.app_db.clone() as Arc<dyn Db>,
     ];
     {
-        let r = reader(&disk, Box::new(move || {
-            counters.iter().map(|c| c.snapshot().sync_data_calls).sum()
-        }))?;
+        let r = reader(
+            &disk,
+            Box::new(move || counters.iter().map(|c| c.snapshot().sync_data_calls).sum()),
+        )?;
         run_reader("disk", &r, cfg, &mut rows)?;
     }
     let mem: Vec<Arc<dyn Db>> = disk
@@ -755,7 +954,10 @@ pub fn index_bench(dir: &Path, cfg: &IndexConfig) -> Result<Vec<IndexRow>, Strin
         .map_err(e)?;
     drop(disk);
     drop(home);
-    let r = reader(&[mem[0].clone(), mem[1].clone(), mem[2].clone()], Box::new(|| 0))?;
+    let r = reader(
+        &[mem[0].clone(), mem[1].clone(), mem[2].clone()],
+        Box::new(|| 0),
+    )?;
     run_reader("mem", &r, cfg, &mut rows)?;
     Ok(rows)
 }
@@ -769,4 +971,29 @@ fn reader(dbs: &[Arc<dyn Db>; 3], sync_count: Box<dyn Fn() -> u64>) -> Result<Re
         app_db: dbs[2].clone(),
         sync_count,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_check_accepts_each_modes_own_counts() {
+        assert!(path_is_the_modes(FpMode::PerBlock, 40, 10, 0));
+        assert!(path_is_the_modes(FpMode::Legacy, 50, 10, 0));
+        assert!(path_is_the_modes(FpMode::NoSync, 0, 10, 1));
+        assert!(path_is_the_modes(FpMode::Deferred, 6, 10_000, 2));
+    }
+
+    #[test]
+    fn path_check_rejects_another_modes_counts() {
+        // Consensus counts for a legacy run, and the reverse.
+        assert!(!path_is_the_modes(FpMode::Legacy, 40, 10, 0));
+        assert!(!path_is_the_modes(FpMode::PerBlock, 50, 10, 0));
+        // A "no-sync" run that synced.
+        assert!(!path_is_the_modes(FpMode::NoSync, 3, 10, 1));
+        // A "deferred" run that synced per block, or took no flush point.
+        assert!(!path_is_the_modes(FpMode::Deferred, 40, 10, 1));
+        assert!(!path_is_the_modes(FpMode::Deferred, 0, 10, 0));
+    }
 }

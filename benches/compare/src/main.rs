@@ -154,19 +154,71 @@ enum Kind {
 
 /// Every contender, in table order.
 pub const CONTENDERS: &[Contender] = &[
-    Contender { name: "fp-deferred", what: Kind::Fp(FpMode::Deferred), crash_safe: "yes (window)" },
-    Contender { name: "fp-per-block", what: Kind::Fp(FpMode::PerBlock), crash_safe: "yes" },
-    Contender { name: "fp-legacy", what: Kind::Fp(FpMode::Legacy), crash_safe: "yes" },
-    Contender { name: "fp-no-sync", what: Kind::Fp(FpMode::NoSync), crash_safe: "NO" },
-    Contender { name: "fp-memory", what: Kind::Fp(FpMode::Memory), crash_safe: "NO (memory)" },
-    Contender { name: "fjall-sync", what: Kind::Peer(Peer::FjallSync), crash_safe: "yes" },
-    Contender { name: "fjall-buffered", what: Kind::Peer(Peer::FjallBuffered), crash_safe: "NO" },
-    Contender { name: "redb-block", what: Kind::Peer(Peer::RedbBlock), crash_safe: "yes" },
-    Contender { name: "redb-window", what: Kind::Peer(Peer::RedbWindow), crash_safe: "yes (window)" },
-    Contender { name: "rocks-sync", what: Kind::Peer(Peer::RocksSync), crash_safe: "yes" },
-    Contender { name: "rocks-nosync", what: Kind::Peer(Peer::RocksNoSync), crash_safe: "NO" },
-    Contender { name: "raw-sync", what: Kind::Peer(Peer::RawSync), crash_safe: "limit" },
-    Contender { name: "raw-seq", what: Kind::Peer(Peer::RawSeq), crash_safe: "limit (window)" },
+    Contender {
+        name: "fp-deferred",
+        what: Kind::Fp(FpMode::Deferred),
+        crash_safe: "yes (window)",
+    },
+    Contender {
+        name: "fp-per-block",
+        what: Kind::Fp(FpMode::PerBlock),
+        crash_safe: "yes",
+    },
+    Contender {
+        name: "fp-legacy",
+        what: Kind::Fp(FpMode::Legacy),
+        crash_safe: "yes",
+    },
+    Contender {
+        name: "fp-no-sync",
+        what: Kind::Fp(FpMode::NoSync),
+        crash_safe: "NO",
+    },
+    Contender {
+        name: "fp-memory",
+        what: Kind::Fp(FpMode::Memory),
+        crash_safe: "NO (memory)",
+    },
+    Contender {
+        name: "fjall-sync",
+        what: Kind::Peer(Peer::FjallSync),
+        crash_safe: "yes",
+    },
+    Contender {
+        name: "fjall-buffered",
+        what: Kind::Peer(Peer::FjallBuffered),
+        crash_safe: "NO",
+    },
+    Contender {
+        name: "redb-block",
+        what: Kind::Peer(Peer::RedbBlock),
+        crash_safe: "yes",
+    },
+    Contender {
+        name: "redb-window",
+        what: Kind::Peer(Peer::RedbWindow),
+        crash_safe: "yes (window)",
+    },
+    Contender {
+        name: "rocks-sync",
+        what: Kind::Peer(Peer::RocksSync),
+        crash_safe: "yes",
+    },
+    Contender {
+        name: "rocks-nosync",
+        what: Kind::Peer(Peer::RocksNoSync),
+        crash_safe: "NO",
+    },
+    Contender {
+        name: "raw-sync",
+        what: Kind::Peer(Peer::RawSync),
+        crash_safe: "limit",
+    },
+    Contender {
+        name: "raw-seq",
+        what: Kind::Peer(Peer::RawSeq),
+        crash_safe: "limit (window)",
+    },
 ];
 
 /// The contenders this build can run (RocksDB rows only with the `rocksdb` feature).
@@ -174,7 +226,10 @@ pub fn contenders() -> Vec<Contender> {
     CONTENDERS
         .iter()
         .copied()
-        .filter(|c| cfg!(feature = "rocksdb") || !matches!(c.what, Kind::Peer(Peer::RocksSync | Peer::RocksNoSync)))
+        .filter(|c| {
+            cfg!(feature = "rocksdb")
+                || !matches!(c.what, Kind::Peer(Peer::RocksSync | Peer::RocksNoSync))
+        })
         .collect()
 }
 
@@ -226,8 +281,10 @@ fn run_one(a: &RunOneArgs) -> RunReport {
         error: None,
     };
     let r = (|| -> Result<(), String> {
-        let shape: Shape = serde_json::from_slice(&std::fs::read(&a.shape).map_err(|e| format!("read shape: {e}"))?)
-            .map_err(|e| format!("parse shape: {e}"))?;
+        let shape: Shape = serde_json::from_slice(
+            &std::fs::read(&a.shape).map_err(|e| format!("read shape: {e}"))?,
+        )
+        .map_err(|e| format!("parse shape: {e}"))?;
         let c = CONTENDERS
             .iter()
             .find(|c| c.name == a.contender)
@@ -235,7 +292,11 @@ fn run_one(a: &RunOneArgs) -> RunReport {
         let _ = std::fs::remove_dir_all(&a.dir);
         std::fs::create_dir_all(&a.dir).map_err(|e| e.to_string())?;
         let (secs, blocks) = (a.secs, a.blocks);
-        let cap = if a.profile == "heavy" { MAX_BLOCKS_HEAVY } else { MAX_BLOCKS_LIGHT };
+        let cap = if a.profile == "heavy" {
+            MAX_BLOCKS_HEAVY
+        } else {
+            MAX_BLOCKS_LIGHT
+        };
         let stop = move |n: u64, el: Duration| match (blocks, secs) {
             (Some(b), _) => n >= b,
             (None, Some(s)) => n >= cap || el.as_secs_f64() >= s,
@@ -258,7 +319,12 @@ fn run_one(a: &RunOneArgs) -> RunReport {
                 rep.syncs = out.syncs;
                 rep.flush_points = out.flush_points;
                 rep.synced_batches = out.synced_batches;
-                rep.sync_method = if mode == FpMode::Memory { "none (memory)" } else { "backend" }.into();
+                rep.sync_method = if mode == FpMode::Memory {
+                    "none (memory)"
+                } else {
+                    "backend"
+                }
+                .into();
             }
             Kind::Peer(p) => {
                 let pool = shape::pool();
@@ -336,7 +402,10 @@ fn spawn_one(
             failed(format!(
                 "child exited {} without a report: {}",
                 out.status,
-                String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("")
             ))
         });
     let _ = std::fs::remove_dir_all(dir);
@@ -346,8 +415,11 @@ fn spawn_one(
 fn write_shape(dir: &Path, profile: &str) -> Result<(PathBuf, Shape), String> {
     let shape = flushpoint_runs::measure_shape(profile, SHAPE_SAMPLE_BLOCKS)?;
     let path = dir.join(format!("shape-{profile}.json"));
-    std::fs::write(&path, serde_json::to_vec(&shape).map_err(|e| e.to_string())?)
-        .map_err(|e| e.to_string())?;
+    std::fs::write(
+        &path,
+        serde_json::to_vec(&shape).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
     Ok((path, shape))
 }
 
@@ -356,7 +428,11 @@ fn machine_line() -> String {
     format!(
         "machine: {cores} cores; load avg (1 min) now {:.2}; rocksdb rows: {}",
         sys::load_avg_1m(),
-        if cfg!(feature = "rocksdb") { "on" } else { "off (build with --features rocksdb)" }
+        if cfg!(feature = "rocksdb") {
+            "on"
+        } else {
+            "off (build with --features rocksdb)"
+        }
     )
 }
 
@@ -372,7 +448,11 @@ fn main_all(a: &AllArgs) -> Result<u64, String> {
         (a.rounds.max(1), a.secs, p)
     };
     std::fs::create_dir_all(&a.dir).map_err(|e| format!("create {}: {e}", a.dir.display()))?;
-    println!("compare: dir {}, {rounds} round(s), {secs} s per run, profiles {profiles:?}{}", a.dir.display(), if a.quick { ", QUICK" } else { "" });
+    println!(
+        "compare: dir {}, {rounds} round(s), {secs} s per run, profiles {profiles:?}{}",
+        a.dir.display(),
+        if a.quick { ", QUICK" } else { "" }
+    );
     println!("{}", machine_line());
     let mut failures = 0u64;
     let mut shapes = Vec::new();
@@ -420,7 +500,10 @@ fn main_all(a: &AllArgs) -> Result<u64, String> {
 
 fn index(dir: &Path, blocks: u64, quick: bool, seed: u64) -> Result<u64, String> {
     let fixture = dir.join(format!("fixture-{blocks}"));
-    println!("\n## Index lookups: {blocks} light blocks (fixture {}), seed {seed}", fixture.display());
+    println!(
+        "\n## Index lookups: {blocks} light blocks (fixture {}), seed {seed}",
+        fixture.display()
+    );
     let (built, t) = flushpoint_runs::build_fixture(&fixture, blocks)?;
     if built {
         println!("fixture built in {:.1} s (deferred sync)", t.as_secs_f64());
@@ -449,7 +532,9 @@ fn index(dir: &Path, blocks: u64, quick: bool, seed: u64) -> Result<u64, String>
         .map(|r| r.ns_per_lookup)
         .fold(0.0, f64::max);
     if quick {
-        println!("held point read: {held:.0} ns (bound {HELD_READ_NS_MAX:.0} ns; quick mode: not asserted)");
+        println!(
+            "held point read: {held:.0} ns (bound {HELD_READ_NS_MAX:.0} ns; quick mode: not asserted)"
+        );
         Ok(0)
     } else if held < HELD_READ_NS_MAX {
         println!("held point read < 1 µs: PASS ({held:.0} ns)");
@@ -465,12 +550,21 @@ fn scale(a: &ScaleArgs) -> Result<u64, String> {
     println!("{}", machine_line());
     let (path, _) = write_shape(&a.dir, "light")?;
     println!("\n## Scale: flushpoint deferred, light blocks");
-    println!("| blocks | blocks/s | s | peak RSS | on-disk ÷ logical | syncs/block | flush points | load avg start → end |");
+    println!(
+        "| blocks | blocks/s | s | peak RSS | on-disk ÷ logical | syncs/block | flush points | load avg start → end |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
     let mut failures = 0;
     for &n in &a.heights {
         let l0 = sys::load_avg_1m();
-        let r = spawn_one("fp-deferred", "light", &a.dir.join("scale-run"), &path, None, Some(n));
+        let r = spawn_one(
+            "fp-deferred",
+            "light",
+            &a.dir.join("scale-run"),
+            &path,
+            None,
+            Some(n),
+        );
         let l1 = sys::load_avg_1m();
         if let Some(e) = &r.error {
             println!("| {n} | FAIL: {e} |");
@@ -513,12 +607,24 @@ fn main() -> ExitCode {
     match &cli.cmd {
         Some(Cmd::RunOne(a)) => {
             let rep = run_one(a);
-            println!("{}", serde_json::to_string(&rep).expect("report serializes"));
-            if rep.error.is_some() { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+            println!(
+                "{}",
+                serde_json::to_string(&rep).expect("report serializes")
+            );
+            if rep.error.is_some() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
         }
         Some(Cmd::Index(a)) => {
             let _ = std::fs::create_dir_all(&a.dir);
-            finish(index(&a.dir, if a.quick { 2_000 } else { a.blocks }, a.quick, a.seed))
+            finish(index(
+                &a.dir,
+                if a.quick { 2_000 } else { a.blocks },
+                a.quick,
+                a.seed,
+            ))
         }
         Some(Cmd::Scale(a)) => finish(scale(a)),
         None => finish(main_all(&cli.all)),

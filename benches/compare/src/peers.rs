@@ -311,7 +311,9 @@ pub fn run_peer(
                 syncs: n,
             }
         }
-        Peer::RocksSync | Peer::RocksNoSync => rocks::run(peer, shape, pool, dir, stop, on_start, on_end)?,
+        Peer::RocksSync | Peer::RocksNoSync => {
+            rocks::run(peer, shape, pool, dir, stop, on_start, on_end)?
+        }
         Peer::RawSync | Peer::RawSeq => {
             let path = dir.join("raw.bin");
             let mut f = File::create(&path).map_err(s("create raw"))?;
@@ -341,12 +343,12 @@ pub fn run_peer(
             let elapsed = start.elapsed();
             on_end();
             let len = std::fs::metadata(&path).map_err(s("stat"))?.len();
-            if len != shape.logical_bytes(blocks) {
-                return Err(format!(
-                    "raw: file holds {len} B, {blocks} blocks are {} B",
-                    shape.logical_bytes(blocks)
-                ));
-            }
+            crate::check::check(
+                "raw: file length = logical bytes",
+                &crate::check::Outcome::Heights(vec![len]),
+                &crate::check::Outcome::Heights(vec![shape.logical_bytes(blocks)]),
+            )
+            .map_err(|e| e.to_string())?;
             PeerOut {
                 blocks,
                 elapsed,
@@ -476,5 +478,48 @@ mod rocks {
         _: &mut dyn FnMut(),
     ) -> Result<PeerOut, String> {
         Err("built without the `rocksdb` feature".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape() -> Shape {
+        let rec: Vec<Vec<(Store, Vec<u8>, Option<u32>)>> = (1..=2u64)
+            .map(|h| {
+                vec![
+                    (
+                        Store::Blocks,
+                        [&[1u8][..], &h.to_be_bytes()].concat(),
+                        Some(64),
+                    ),
+                    (Store::App, vec![h as u8; 32], Some(16)),
+                ]
+            })
+            .collect();
+        Shape::from_recorded("light", &rec)
+    }
+
+    #[test]
+    fn verify_accepts_the_bytes_written() {
+        let (sh, pool) = (shape(), vec![3u8; 1024]);
+        let last = sh.peer_block(5, &pool);
+        verify(&sh, &pool, 5, |st, k| {
+            Ok(last
+                .iter()
+                .find(|o| o.store == st && o.key == k)
+                .and_then(|o| o.value.map(<[u8]>::to_vec)))
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn verify_rejects_wrong_bytes_a_missing_record_and_no_blocks() {
+        let (sh, pool) = (shape(), vec![3u8; 1024]);
+        let wrong = verify(&sh, &pool, 5, |_, _| Ok(Some(vec![4u8; 64]))).unwrap_err();
+        assert!(wrong.contains("last block"), "{wrong}");
+        assert!(verify(&sh, &pool, 5, |_, _| Ok(None)).is_err());
+        assert!(verify(&sh, &pool, 0, |_, _| Ok(Some(vec![]))).is_err());
     }
 }

@@ -15,7 +15,11 @@ pub fn mib(b: u64) -> String {
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v[v.len() / 2]
+    }
 }
 
 fn spread(v: &[f64], prec: usize) -> String {
@@ -60,8 +64,12 @@ pub fn print_write_table(
     loads: &[(f64, f64)],
 ) -> u64 {
     let rounds = loads.len();
-    println!("\n## {profile} blocks: {rounds} round(s), median (min–max); ratio = blocks/s ÷ fp-deferred's in the same round");
-    println!("| contender | crash-safe | blocks/s | ms/block | ratio to fp-deferred | syncs/block (counted by) | write amp (wchar) | write amp (disk writes) | on-disk ÷ logical | peak RSS | blocks/run |");
+    println!(
+        "\n## {profile} blocks: {rounds} round(s), median (min–max); ratio = blocks/s ÷ fp-deferred's in the same round"
+    );
+    println!(
+        "| contender | crash-safe | blocks/s | ms/block | ratio to fp-deferred | syncs/block (counted by) | write amp (wchar) | write amp (disk writes) | on-disk ÷ logical | peak RSS | blocks/run |"
+    );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let base = cs.iter().position(|c| c.name == "fp-deferred");
     let rate = |r: &RunReport| r.blocks as f64 / r.elapsed_s.max(1e-9);
@@ -95,7 +103,11 @@ pub fn print_write_table(
             c.crash_safe,
             spread(&per(&|r| rate(r)), 0),
             spread(&per(&|r| 1e3 / rate(r)), 3),
-            if ratios.is_empty() { "–".into() } else { spread(&ratios, 2) },
+            if ratios.is_empty() {
+                "–".into()
+            } else {
+                spread(&ratios, 2)
+            },
             spread(&per(&|r| r.syncs as f64 / r.blocks.max(1) as f64), 3),
             rs.first().map_or("", |r| r.sync_method.as_str()),
             spread(&per(&|r| r.io.wchar as f64 / logical(r)), 2),
@@ -110,13 +122,18 @@ pub fn print_write_table(
         .enumerate()
         .map(|(i, (a, b))| format!("round {}: {a:.2} → {b:.2}", i + 1))
         .collect();
-    println!("load average (1 min) at the start → end of each round: {}", l.join("; "));
+    println!(
+        "load average (1 min) at the start → end of each round: {}",
+        l.join("; ")
+    );
     failed
 }
 
 /// Prints the index table.
 pub fn print_index(rows: &[IndexRow]) {
-    println!("| variant | lookup | keys | ns/lookup | rchar/lookup | read_bytes/lookup | read syscalls/lookup | syncs |");
+    println!(
+        "| variant | lookup | keys | ns/lookup | rchar/lookup | read_bytes/lookup | read syscalls/lookup | syncs |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
     for r in rows {
         println!(

@@ -267,7 +267,11 @@ mod tests {
             .map(|h| {
                 vec![
                     (Store::Blocks, b"desc".to_vec(), Some(32)),
-                    (Store::Blocks, [&[1u8][..], &h.to_be_bytes()].concat(), Some(300)),
+                    (
+                        Store::Blocks,
+                        [&[1u8][..], &h.to_be_bytes()].concat(),
+                        Some(300),
+                    ),
                     (Store::App, vec![h as u8; 33], Some(100)),
                     (Store::App, vec![0xF0 | h as u8; 33], None),
                 ]

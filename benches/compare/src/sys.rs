@@ -118,7 +118,14 @@ mod tests {
                 write_bytes: 8192
             }
         );
-        assert_eq!(io.since(&ProcIo { wchar: 5, ..ProcIo::default() }).wchar, 15);
+        assert_eq!(
+            io.since(&ProcIo {
+                wchar: 5,
+                ..ProcIo::default()
+            })
+            .wchar,
+            15
+        );
     }
 
     #[test]
