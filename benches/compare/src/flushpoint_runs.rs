@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use flushpoint::{
     Batch, BlockStore, ChainSpec, CountingDb, Db, DbIter, Direction, Durability, FlushPolicy,
-    HoldingDb, Home, KeyRange, KvApp, MemoryDb, Mode, NoEvents, Node, Op, Profile, StateStore,
-    SyncCounters, Tx,
+    HoldingDb, Home, KeyRange, KvApp, MemoryDb, Mode, NoEvents, Node, Op, Profile, RedbOptions,
+    StateStore, SyncCounters, Tx,
 };
 
 use crate::check::{Outcome, check};
@@ -78,7 +78,7 @@ impl Db for Unsynced {
     }
 }
 
-type Log = Arc<Mutex<Vec<(Store, Vec<u8>, Option<u32>)>>>;
+type Log = Arc<Mutex<Vec<crate::shape::RecordedOp>>>;
 
 /// Records every op written (store, key, value length) and forwards to a `MemoryDb`.
 #[derive(Debug)]
@@ -417,6 +417,9 @@ struct Reader {
     app: KvApp<Arc<dyn Db>>,
     app_db: Arc<dyn Db>,
     sync_count: Box<dyn Fn() -> u64>,
+    /// Called before each timed pass (outside the clock): the cold variant drops the
+    /// files' pages from the OS cache there.
+    evict: Box<dyn Fn()>,
 }
 
 /// Index lookup settings.
@@ -434,27 +437,39 @@ pub struct IndexConfig {
     pub seed: u64,
 }
 
-fn time_lookups(
+/// How a reader is timed: its name, the syncs counter, the eviction before each pass.
+struct Timing<'a> {
     variant: &'static str,
+    passes: usize,
+    syncs: &'a dyn Fn() -> u64,
+    evict: &'a dyn Fn(),
+}
+
+fn time_lookups(
+    tm: &Timing<'_>,
     lookup: &str,
     keys: usize,
-    passes: usize,
-    syncs: &dyn Fn() -> u64,
     mut f: impl FnMut(usize) -> usize,
 ) -> IndexRow {
-    let io0 = ProcIo::now();
+    let (variant, passes, syncs) = (tm.variant, tm.passes, tm.syncs);
+    let mut io = ProcIo::default();
     let s0 = syncs();
     let mut per_pass = Vec::with_capacity(passes);
     let mut sink = 0usize;
     for _ in 0..passes {
+        (tm.evict)();
+        let io0 = ProcIo::now();
         let t = Instant::now();
         for i in 0..keys {
             sink = sink.wrapping_add(f(i));
         }
         per_pass.push(t.elapsed().as_nanos() as f64 / keys as f64);
+        let d = ProcIo::now().since(&io0);
+        io.rchar += d.rchar;
+        io.read_bytes += d.read_bytes;
+        io.syscr += d.syscr;
     }
     std::hint::black_box(sink);
-    let io = ProcIo::now().since(&io0);
     let n = (keys * passes) as f64;
     per_pass.sort_by(f64::total_cmp);
     IndexRow {
@@ -533,6 +548,12 @@ fn run_reader(
         hashes[0][0] ^= 1;
     }
     let syncs = &r.sync_count;
+    let tm = Timing {
+        variant,
+        passes: cfg.passes,
+        syncs: &**syncs,
+        evict: &*r.evict,
+    };
 
     // Block by height: its height and recomputed hash are the oracle's.
     let mut headers = Vec::with_capacity(heights.len());
@@ -561,11 +582,9 @@ fn run_reader(
         headers.push(b.header.clone());
     }
     rows.push(time_lookups(
-        variant,
+        &tm,
         "block by height (hit)",
         heights.len(),
-        cfg.passes,
-        syncs,
         |i| {
             r.bs.load_block(heights[i])
                 .ok()
@@ -588,11 +607,9 @@ fn run_reader(
         .map_err(ce)?;
     }
     rows.push(time_lookups(
-        variant,
+        &tm,
         "block by height (miss)",
         misses.len(),
-        cfg.passes,
-        syncs,
         |i| usize::from(r.bs.load_block(misses[i]).ok().flatten().is_some()),
     ));
 
@@ -612,11 +629,9 @@ fn run_reader(
         .map_err(ce)?;
     }
     rows.push(time_lookups(
-        variant,
+        &tm,
         "block by hash (hit)",
         hashes.len(),
-        cfg.passes,
-        syncs,
         |i| {
             r.bs.load_block_by_hash(&hashes[i])
                 .ok()
@@ -637,28 +652,19 @@ fn run_reader(
         check("block by hash (miss)", &got, &Outcome::Missing).map_err(ce)?;
     }
     rows.push(time_lookups(
-        variant,
+        &tm,
         "block by hash (miss)",
         absent.len(),
-        cfg.passes,
-        syncs,
         |i| usize::from(r.bs.load_block_by_hash(&absent[i]).ok().flatten().is_some()),
     ));
 
     // One part; a block meta.
-    rows.push(time_lookups(
-        variant,
-        "part 0 (hit)",
-        heights.len(),
-        cfg.passes,
-        syncs,
-        |i| {
-            r.bs.load_block_part(heights[i], 0)
-                .ok()
-                .flatten()
-                .map_or(0, |p| p.len())
-        },
-    ));
+    rows.push(time_lookups(&tm, "part 0 (hit)", heights.len(), |i| {
+        r.bs.load_block_part(heights[i], 0)
+            .ok()
+            .flatten()
+            .map_or(0, |p| p.len())
+    }));
     for (i, &h) in heights.iter().enumerate() {
         let got =
             r.bs.load_block_meta(h)
@@ -679,27 +685,15 @@ fn run_reader(
         )
         .map_err(ce)?;
     }
-    rows.push(time_lookups(
-        variant,
-        "block meta (hit)",
-        heights.len(),
-        cfg.passes,
-        syncs,
-        |i| {
-            r.bs.load_block_meta(heights[i])
-                .ok()
-                .flatten()
-                .map_or(0, |m| m.part_count as usize)
-        },
-    ));
-    rows.push(time_lookups(
-        variant,
-        "block meta (miss)",
-        misses.len(),
-        cfg.passes,
-        syncs,
-        |i| usize::from(r.bs.load_block_meta(misses[i]).ok().flatten().is_some()),
-    ));
+    rows.push(time_lookups(&tm, "block meta (hit)", heights.len(), |i| {
+        r.bs.load_block_meta(heights[i])
+            .ok()
+            .flatten()
+            .map_or(0, |m| m.part_count as usize)
+    }));
+    rows.push(time_lookups(&tm, "block meta (miss)", misses.len(), |i| {
+        usize::from(r.bs.load_block_meta(misses[i]).ok().flatten().is_some())
+    }));
 
     // State at height: validators and consensus params, checked against the header's hashes.
     for (i, &h) in heights.iter().enumerate() {
@@ -719,11 +713,9 @@ fn run_reader(
         .map_err(ce)?;
     }
     rows.push(time_lookups(
-        variant,
+        &tm,
         "validators at height (hit)",
         heights.len(),
-        cfg.passes,
-        syncs,
         |i| {
             r.st.load_validators(heights[i])
                 .ok()
@@ -732,11 +724,9 @@ fn run_reader(
         },
     ));
     rows.push(time_lookups(
-        variant,
+        &tm,
         "params at height (hit)",
         heights.len(),
-        cfg.passes,
-        syncs,
         |i| {
             r.st.load_consensus_params(heights[i])
                 .ok()
@@ -773,14 +763,9 @@ fn run_reader(
             live.push(k.clone());
         }
     }
-    rows.push(time_lookups(
-        variant,
-        "app key (hit)",
-        live.len(),
-        cfg.passes,
-        syncs,
-        |i| r.app.get(&live[i]).ok().flatten().map_or(0, |v| v.len()),
-    ));
+    rows.push(time_lookups(&tm, "app key (hit)", live.len(), |i| {
+        r.app.get(&live[i]).ok().flatten().map_or(0, |v| v.len())
+    }));
     // Keys outside the chain's key space (2^20): never written.
     let absent_keys: Vec<Bytes> = (0..cfg.keys as u64)
         .map(|i| Bytes::copy_from_slice(&flushpoint::sha256(&((1u64 << 40) + i).to_be_bytes())))
@@ -797,15 +782,13 @@ fn run_reader(
         .map_err(ce)?;
     }
     rows.push(time_lookups(
-        variant,
+        &tm,
         "app key (miss)",
         absent_keys.len(),
-        cfg.passes,
-        syncs,
         |i| usize::from(r.app.get(&absent_keys[i]).ok().flatten().is_some()),
     ));
 
-    held_overlay(variant, &r.app_db, cfg, syncs, rows)
+    held_overlay(&tm, &r.app_db, cfg, rows)
 }
 
 fn held_value(i: u64) -> Vec<u8> {
@@ -820,10 +803,9 @@ fn held_key(i: u64) -> [u8; 32] {
 /// key (hit), a key held nowhere (miss, falls through to the database), and a held delete
 /// of a key the database has (tombstone). Nothing held is ever written.
 fn held_overlay(
-    variant: &'static str,
+    tm: &Timing<'_>,
     app_db: &Arc<dyn Db>,
     cfg: &IndexConfig,
-    syncs: &dyn Fn() -> u64,
     rows: &mut Vec<IndexRow>,
 ) -> Result<(), String> {
     let e = |x: flushpoint::Error| x.to_string();
@@ -891,29 +873,20 @@ fn held_overlay(
     let mib = held.held_bytes() as f64 / (1 << 20) as f64;
     let name = |what: &str| format!("{what}, {mib:.0} MiB held");
     rows.push(time_lookups(
-        variant,
+        tm,
         &name("held point read (hit)"),
         hit_keys.len(),
-        cfg.passes,
-        syncs,
         |i| held.get(&hit_keys[i]).ok().flatten().map_or(0, |v| v.len()),
     ));
     rows.push(time_lookups(
-        variant,
+        tm,
         &name("held miss (falls through)"),
         miss_keys.len(),
-        cfg.passes,
-        syncs,
         |i| usize::from(held.get(&miss_keys[i]).ok().flatten().is_some()),
     ));
-    rows.push(time_lookups(
-        variant,
-        &name("held tombstone"),
-        dead.len(),
-        cfg.passes,
-        syncs,
-        |i| usize::from(held.get(&dead[i]).ok().flatten().is_some()),
-    ));
+    rows.push(time_lookups(tm, &name("held tombstone"), dead.len(), |i| {
+        usize::from(held.get(&dead[i]).ok().flatten().is_some())
+    }));
     // Dropped without `write_held`: nothing held reaches the database.
     drop(held);
     Ok(())
@@ -939,6 +912,7 @@ pub fn index_bench(dir: &Path, cfg: &IndexConfig) -> Result<Vec<IndexRow>, Strin
         let r = reader(
             &disk,
             Box::new(move || counters.iter().map(|c| c.snapshot().sync_data_calls).sum()),
+            Box::new(|| {}),
         )?;
         run_reader("disk", &r, cfg, &mut rows)?;
     }
@@ -957,12 +931,69 @@ pub fn index_bench(dir: &Path, cfg: &IndexConfig) -> Result<Vec<IndexRow>, Strin
     let r = reader(
         &[mem[0].clone(), mem[1].clone(), mem[2].clone()],
         Box::new(|| 0),
+        Box::new(|| {}),
     )?;
     run_reader("mem", &r, cfg, &mut rows)?;
+    drop(r);
+    drop(mem);
+
+    // Disk, cold: a small redb cache, and the files' pages dropped from the OS cache before
+    // each timed pass, so lookups read the disk.
+    let options = RedbOptions {
+        cache_bytes: COLD_CACHE_BYTES,
+    };
+    let home = Home::open_with(dir, &options).map_err(e)?;
+    let counters = [
+        home.block_store_db.backend_counters(),
+        home.state_db.backend_counters(),
+        home.app_db.backend_counters(),
+    ];
+    let files: Vec<std::path::PathBuf> = [&home.block_store_db, &home.state_db, &home.app_db]
+        .iter()
+        .filter_map(|d| d.path().map(Path::to_path_buf))
+        .collect();
+    let disk = [
+        home.block_store_db.clone() as Arc<dyn Db>,
+        home.state_db.clone() as Arc<dyn Db>,
+        home.app_db.clone() as Arc<dyn Db>,
+    ];
+    let r = reader(
+        &disk,
+        Box::new(move || counters.iter().map(|c| c.snapshot().sync_data_calls).sum()),
+        Box::new(move || drop_os_cache(&files)),
+    )?;
+    let cold = IndexConfig {
+        passes: cfg.passes.min(COLD_PASSES_MAX),
+        ..*cfg
+    };
+    run_reader("disk-cold", &r, &cold, &mut rows)?;
     Ok(rows)
 }
 
-fn reader(dbs: &[Arc<dyn Db>; 3], sync_count: Box<dyn Fn() -> u64>) -> Result<Reader, String> {
+/// redb cache of the cold variant: far below the 2,000 sampled blocks' pages (≈ 18 MiB).
+const COLD_CACHE_BYTES: usize = 1 << 20;
+/// Cold passes are slow (each lookup may read the disk): at most this many.
+const COLD_PASSES_MAX: usize = 3;
+
+/// Drops the clean pages of `files` from the OS page cache (`POSIX_FADV_DONTNEED`).
+fn drop_os_cache(files: &[std::path::PathBuf]) {
+    use std::os::fd::AsRawFd;
+    for p in files {
+        if let Ok(f) = std::fs::File::open(p) {
+            // SAFETY: a plain syscall on a file descriptor owned by `f` for the whole call;
+            // it reads no memory of ours.
+            unsafe {
+                libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+            }
+        }
+    }
+}
+
+fn reader(
+    dbs: &[Arc<dyn Db>; 3],
+    sync_count: Box<dyn Fn() -> u64>,
+    evict: Box<dyn Fn()>,
+) -> Result<Reader, String> {
     let e = |x: flushpoint::Error| x.to_string();
     Ok(Reader {
         bs: BlockStore::open(dbs[0].clone()).map_err(e)?,
@@ -970,6 +1001,7 @@ fn reader(dbs: &[Arc<dyn Db>; 3], sync_count: Box<dyn Fn() -> u64>) -> Result<Re
         app: KvApp::open(Arc::new(HoldingDb::new(dbs[2].clone()))).map_err(e)?,
         app_db: dbs[2].clone(),
         sync_count,
+        evict,
     })
 }
 

@@ -486,7 +486,7 @@ mod tests {
     use super::*;
 
     fn shape() -> Shape {
-        let rec: Vec<Vec<(Store, Vec<u8>, Option<u32>)>> = (1..=2u64)
+        let rec: Vec<Vec<crate::shape::RecordedOp>> = (1..=2u64)
             .map(|h| {
                 vec![
                     (

@@ -62,6 +62,9 @@ pub enum KeyKind {
     Random,
 }
 
+/// A recorded write: store, key, value length (`None`: a delete).
+pub type RecordedOp = (Store, Vec<u8>, Option<u32>);
+
 /// One record of a sampled block.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OpShape {
@@ -135,7 +138,7 @@ pub struct StoreSummary {
 impl Shape {
     /// Classifies recorded blocks: `recorded[i]` is block `i + 1`'s records as
     /// `(store, key, value length or None for a delete)`.
-    pub fn from_recorded(profile: &str, recorded: &[Vec<(Store, Vec<u8>, Option<u32>)>]) -> Shape {
+    pub fn from_recorded(profile: &str, recorded: &[Vec<RecordedOp>]) -> Shape {
         use std::collections::HashMap;
         let mut seen_in: HashMap<(Store, &[u8]), usize> = HashMap::new();
         for ops in recorded {
@@ -262,7 +265,7 @@ impl Shape {
 mod tests {
     use super::*;
 
-    fn recorded() -> Vec<Vec<(Store, Vec<u8>, Option<u32>)>> {
+    fn recorded() -> Vec<Vec<RecordedOp>> {
         (1..=3u64)
             .map(|h| {
                 vec![
