@@ -425,8 +425,10 @@ fn write_shape(dir: &Path, profile: &str) -> Result<(PathBuf, Shape), String> {
 
 fn machine_line() -> String {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let args: Vec<String> = std::env::args().collect();
     format!(
-        "machine: {cores} cores; load avg (1 min) now {:.2}; rocksdb rows: {}",
+        "command: {}\nmachine: {cores} cores; load avg (1 min) now {:.2}; rocksdb rows: {}",
+        args.join(" "),
         sys::load_avg_1m(),
         if cfg!(feature = "rocksdb") {
             "on"
