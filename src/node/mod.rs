@@ -195,6 +195,15 @@ impl Node {
         let (state, case) = match state {
             None => {
                 if block_store.height() != 0 || app.durable()?.height != 0 {
+                    tracing::error!(
+                        target: "flushpoint::handshake",
+                        block_store_height = block_store.height(),
+                        state_height = 0u64,
+                        app_height = app.durable()?.height,
+                        record = %fmt_record(observed.record),
+                        reason = "blocks or app state exist but no state was saved",
+                        "handshake refused the home; nothing was changed on disk"
+                    );
                     return Err(Error::Inconsistent {
                         heights: Heights {
                             block_store_height: block_store.height(),
@@ -215,18 +224,38 @@ impl Node {
                 (s, HandshakeCase::Fresh)
             }
             Some(s) => {
-                let case = classify(&observed).map_err(|reason| Error::Inconsistent {
-                    heights: Heights {
-                        block_store_height: observed.block_store_height,
-                        state_height: observed.state_height,
-                        app_height: observed.app_height,
-                    },
-                    record: fmt_record(observed.record),
-                    reason: reason.into(),
+                let case = classify(&observed).map_err(|reason| {
+                    tracing::error!(
+                        target: "flushpoint::handshake",
+                        block_store_height = observed.block_store_height,
+                        state_height = observed.state_height,
+                        app_height = observed.app_height,
+                        record = %fmt_record(observed.record),
+                        reason,
+                        "handshake refused the home; nothing was changed on disk"
+                    );
+                    Error::Inconsistent {
+                        heights: Heights {
+                            block_store_height: observed.block_store_height,
+                            state_height: observed.state_height,
+                            app_height: observed.app_height,
+                        },
+                        record: fmt_record(observed.record),
+                        reason: reason.into(),
+                    }
                 })?;
                 (s, case)
             }
         };
+        tracing::info!(
+            target: "flushpoint::handshake",
+            case = case.name(),
+            block_store_height = observed.block_store_height,
+            state_height = observed.state_height,
+            app_height = observed.app_height,
+            record = %fmt_record(observed.record),
+            "handshake classified the home"
+        );
         let flushed = state.last_block_height;
         let mut node = Node {
             block_db,
@@ -244,6 +273,16 @@ impl Node {
             in_flight: None,
         };
         let report = node.repair(observed, case)?;
+        if report.app_replayed + report.applied > 0 {
+            tracing::info!(
+                target: "flushpoint::handshake",
+                case = case.name(),
+                app_replayed = report.app_replayed,
+                applied = report.applied,
+                height = report.height,
+                "handshake repaired the home"
+            );
+        }
         node.deferred.flushed_height = node.state.last_block_height;
         Ok((node, report))
     }
@@ -412,6 +451,7 @@ impl Node {
         if let Err(e) = &r
             && self.poison.is_none()
         {
+            tracing::error!(target: "flushpoint::node", error = %e, "node poisoned: restart it (the handshake checks and repairs the home)");
             self.poison = Some(e.to_string());
         }
         r
@@ -576,14 +616,16 @@ impl Node {
         }
         self.deferred.flushed_height = f.to;
         self.deferred.flush_points += 1;
-        Ok(Some(FlushReport {
+        let report = FlushReport {
             trigger: f.trigger,
             from: f.from,
             to: f.to,
             bytes,
             duration: f.started.elapsed(),
             loop_wait,
-        }))
+        };
+        trace_flush_point(&report, true);
+        Ok(Some(report))
     }
 
     /// Freezes the window F → F′ and hands it to a flush thread, which writes it in the
@@ -629,6 +671,13 @@ impl Node {
                 Ok(bytes)
             })
             .map_err(|e| Error::storage("node", "spawn the flush thread", e))?;
+        tracing::debug!(
+            target: "flushpoint::flush",
+            from,
+            to,
+            trigger = ?trigger,
+            "flush point submitted to the flush thread"
+        );
         self.in_flight = Some(InFlight {
             from,
             to,
@@ -683,17 +732,16 @@ impl Node {
         let end = Instant::now();
         self.deferred.last_flush = end.max(now);
         let duration = end.saturating_duration_since(now);
-        Ok(merge_reports(
-            done,
-            Some(FlushReport {
-                trigger,
-                from,
-                to,
-                bytes,
-                duration,
-                loop_wait: duration,
-            }),
-        ))
+        let report = FlushReport {
+            trigger,
+            from,
+            to,
+            bytes,
+            duration,
+            loop_wait: duration,
+        };
+        trace_flush_point(&report, false);
+        Ok(merge_reports(done, Some(report)))
     }
 
     fn write_flush_point(&mut self, from: u64, to: u64) -> Result<u64> {
@@ -866,6 +914,21 @@ impl Node {
             open[2] + app_frozen,
         ]
     }
+}
+
+/// Reports a durable flush point as a `tracing` event (target `flushpoint::flush`).
+fn trace_flush_point(r: &FlushReport, background: bool) {
+    tracing::info!(
+        target: "flushpoint::flush",
+        from = r.from,
+        to = r.to,
+        trigger = ?r.trigger,
+        bytes = r.bytes,
+        duration_ms = r.duration.as_secs_f64() * 1e3,
+        loop_wait_ms = r.loop_wait.as_secs_f64() * 1e3,
+        background,
+        "flush point durable"
+    );
 }
 
 impl Drop for Node {
