@@ -67,7 +67,7 @@ pub enum SimOp {
 pub struct SimStats {
     /// Operations per kind.
     pub counts: BTreeMap<SimOp, u64>,
-    /// Every operation, in order, with the path it acted on.
+    /// Every operation, in order, with the path it acted on (a rename: the new name).
     pub log: Vec<(SimOp, PathBuf)>,
 }
 
@@ -299,8 +299,12 @@ impl Machine {
     /// cut on it, it is recorded all the same (the crash may have done it) and fails.
     fn dir_op(&mut self, kind: SimOp, dir: &Path, op: DirOp) -> IoResult<()> {
         self.alive()?;
+        let name = match &op {
+            DirOp::Link { name, .. } | DirOp::Unlink { name, .. } => name,
+            DirOp::Rename { to, .. } => to,
+        };
         // From here an error is the cut on this very op.
-        let cut = self.tick(kind, dir);
+        let cut = self.tick(kind, &dir.join(name));
         self.dir_op_seq += 1;
         let seq = self.dir_op_seq;
         let d = self.dir_mut(dir)?;
