@@ -54,11 +54,11 @@ use loom::sync::Mutex;
 use loom::thread;
 
 /// Blocks the block thread applies (if the node is not stopped first).
-const BLOCKS: u64 = 3;
+const BLOCKS: u64 = 5;
 /// The window: a flush point once this many blocks are held.
 const WINDOW: u64 = 2;
 /// Timer ticks.
-const TICKS: u32 = 2;
+const TICKS: u32 = 4;
 /// The flush interval; the timer's clock moves 2 intervals per tick.
 const INTERVAL: Duration = Duration::from_secs(3600);
 
@@ -156,16 +156,20 @@ fn check_event(durable: [u64; 3], height: u64, fired: &mut Vec<u64>) {
 }
 
 fn check_after_stop(durable: [u64; 3], applied: u64, seen: &Seen) {
-    assert_eq!(
-        durable, [applied; 3],
-        "stop left blocks not durable: applied {applied}, durable {durable:?}"
-    );
+    check_stop_durable(durable, applied);
     assert_eq!(
         seen.fired,
         (1..=applied).collect::<Vec<_>>(),
         "every applied block's event fired once, in order"
     );
     assert_eq!(seen.windows.last().map_or(0, |w| w.1), applied);
+}
+
+fn check_stop_durable(durable: [u64; 3], applied: u64) {
+    assert_eq!(
+        durable, [applied; 3],
+        "stop left blocks not durable: applied {applied}, durable {durable:?}"
+    );
 }
 
 fn model_body(runs: &AtomicUsize) {
@@ -236,10 +240,9 @@ fn model_body(runs: &AtomicUsize) {
         .expect("only stop takes the node");
     let applied = node.height();
     let r = node.stop(t0).expect("stop");
-    {
-        let mut s = seen.lock().unwrap();
-        check_after_call(durable_heights(&raw), applied, applied, r, &mut s);
-    }
+    let durable = durable_heights(&raw);
+    check_stop_durable(durable, applied);
+    check_after_call(durable, applied, applied, r, &mut seen.lock().unwrap());
     blocks.join().unwrap();
     timer.join().unwrap();
     check_after_stop(durable_heights(&raw), applied, &seen.lock().unwrap());
