@@ -4,16 +4,16 @@
 //! Invariant: at most one open `Home` per directory, across threads and processes (an
 //! `flock` on `LOCK`, per open file description, so a second open in the same process fails
 //! too). Invariant: a home written by another format version is refused, never read.
+//! Invariant: every file operation goes through the file layer (`crate::fs`), so a
+//! simulated file system can cut the power at each; the home directory's own entry, the
+//! `FORMAT` file and each database's name are durable before anything is written into them.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use fs4::fs_std::FileExt;
-
-use crate::db::{RedbDb, RedbOptions, fsync_dir};
+use crate::db::{RedbDb, RedbOptions};
 use crate::error::{Error, Result};
+use crate::fs::{FileSystem, FsFile, OpenMode, StdFs, create_dir_all_durably};
 
 /// The home layout version this build reads and writes.
 pub const HOME_FORMAT_VERSION: u32 = 1;
@@ -31,7 +31,7 @@ pub const APP_FILE: &str = "app.redb";
 #[derive(Debug)]
 pub struct Home {
     path: PathBuf,
-    lock: File,
+    lock: Box<dyn FsFile>,
     /// The block store's database.
     pub block_store_db: Arc<RedbDb>,
     /// The state's database.
@@ -56,7 +56,10 @@ impl Home {
 
     /// Opens an existing home only; a missing directory is an error.
     pub fn open_existing(path: &Path) -> Result<Home> {
-        if !path.join(FORMAT_FILE).exists() {
+        if !StdFs
+            .exists(&path.join(FORMAT_FILE))
+            .map_err(home_err(path, "stat FORMAT"))?
+        {
             return Err(Error::Home {
                 path: path.to_path_buf(),
                 op: "open (no flushpoint home here; run `flushpoint sync --home` to create one)",
@@ -68,13 +71,18 @@ impl Home {
 
     /// As [`Home::open`], with redb options.
     pub fn open_with(path: &Path, options: &RedbOptions) -> Result<Home> {
-        std::fs::create_dir_all(path).map_err(home_err(path, "create directory"))?;
-        let lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path.join(LOCK_FILE))
+        Self::open_on(Arc::new(StdFs), path, options)
+    }
+
+    /// As [`Home::open_with`], on the file system `fs` (tests pass a simulated one): every
+    /// file operation of the home and of its databases goes through it.
+    pub fn open_on(fs: Arc<dyn FileSystem>, path: &Path, options: &RedbOptions) -> Result<Home> {
+        // The directory's entry must be durable before anything in it is: a synced database
+        // in a directory whose own name a power cut loses is lost with it.
+        create_dir_all_durably(&*fs, path).map_err(home_err(path, "create directory"))?;
+        // The lock file's entry need not be durable: a lost one is created again.
+        let lock = fs
+            .open_file(&path.join(LOCK_FILE), OpenMode::CreateOrOpen)
             .map_err(home_err(path, "open lock file"))?;
         match lock.try_lock_exclusive() {
             Ok(true) => {}
@@ -83,16 +91,16 @@ impl Home {
                     path: path.to_path_buf(),
                 });
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                return Err(Error::HomeLocked {
-                    path: path.to_path_buf(),
-                });
-            }
             Err(e) => return Err(home_err(path, "lock")(e)),
         }
-        Self::check_format(path)?;
+        Self::check_format(&*fs, path)?;
         let open = |file: &str, name: &str| -> Result<Arc<RedbDb>> {
-            Ok(Arc::new(RedbDb::open(&path.join(file), name, options)?))
+            Ok(Arc::new(RedbDb::open_on(
+                fs.clone(),
+                &path.join(file),
+                name,
+                options,
+            )?))
         };
         Ok(Home {
             block_store_db: open(BLOCK_STORE_FILE, "block store")?,
@@ -103,13 +111,14 @@ impl Home {
         })
     }
 
-    fn check_format(path: &Path) -> Result<()> {
+    fn check_format(fs: &dyn FileSystem, path: &Path) -> Result<()> {
         let fpath = path.join(FORMAT_FILE);
-        match File::open(&fpath) {
-            Ok(mut f) => {
-                let mut s = String::new();
-                f.read_to_string(&mut s)
+        match fs.open_file(&fpath, OpenMode::Existing) {
+            Ok(f) => {
+                let mut bytes = vec![0; f.len().map_err(home_err(path, "read FORMAT"))? as usize];
+                f.read_at(0, &mut bytes)
                     .map_err(home_err(path, "read FORMAT"))?;
+                let s = String::from_utf8_lossy(&bytes);
                 let found = s
                     .trim()
                     .strip_prefix("flushpoint home format ")
@@ -130,13 +139,21 @@ impl Home {
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let tmp = path.join("FORMAT.tmp");
-                let mut f = File::create(&tmp).map_err(home_err(path, "create FORMAT"))?;
-                writeln!(f, "flushpoint home format {HOME_FORMAT_VERSION}")
+                let f = fs
+                    .open_file(&tmp, OpenMode::CreateTruncate)
+                    .map_err(home_err(path, "create FORMAT"))?;
+                let text = format!("flushpoint home format {HOME_FORMAT_VERSION}\n");
+                f.write_at(0, text.as_bytes())
                     .map_err(home_err(path, "write FORMAT"))?;
+                // Without this sync the rename can survive a power cut with the bytes lost:
+                // an empty FORMAT, which every later open refuses as "not a flushpoint home".
                 f.sync_all().map_err(home_err(path, "fsync FORMAT"))?;
-                std::fs::rename(&tmp, &fpath).map_err(home_err(path, "rename FORMAT"))?;
-                // The FORMAT file's directory entry must be durable before any database is.
-                fsync_dir(path).map_err(home_err(path, "fsync home directory"))?;
+                fs.rename(&tmp, &fpath)
+                    .map_err(home_err(path, "rename FORMAT"))?;
+                // The FORMAT file's directory entry must be durable before any database is:
+                // a home with databases and no FORMAT would be taken for any version's.
+                fs.sync_dir(path)
+                    .map_err(home_err(path, "fsync home directory"))?;
                 Ok(())
             }
             Err(e) => Err(home_err(path, "open FORMAT")(e)),
@@ -151,6 +168,6 @@ impl Home {
 
 impl Drop for Home {
     fn drop(&mut self) {
-        let _ = FileExt::unlock(&self.lock);
+        let _ = self.lock.unlock();
     }
 }

@@ -16,6 +16,7 @@ mod chain;
 pub mod codec;
 mod db;
 mod error;
+mod fs;
 mod holding;
 mod home;
 mod node;
@@ -31,6 +32,10 @@ pub use db::{
     collect_range, fsync_dir,
 };
 pub use error::{CorruptReason, Error, Heights, Result, hex};
+pub use fs::{
+    DirFate, FileFate, FileSystem, FsBackend, FsFile, OpenMode, SimFile, SimFs, SimOp, SimStats,
+    StdFile, StdFs, create_dir_all_durably,
+};
 pub use holding::{HeldStore, HeldWrite, HoldingDb};
 pub use home::{HOME_FORMAT_VERSION, Home};
 pub use node::{

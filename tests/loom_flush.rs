@@ -1,327 +1,343 @@
-//! loom model of the flush-point coordinator: the timer thread against the block-applying
-//! thread against stop.
+//! loom over the crate's own `Node`: the timer thread against the block thread against stop.
 //!
-//! `Node` takes `&mut self`, so a node shared between threads sits behind the caller's
-//! `Mutex` and flush points are serialized by that lock. This model is that protocol, over
-//! a node-like state with an in-memory three-database store (loom cannot model redb or I/O):
+//! `Node` takes `&mut self`, so an embedder shares it between threads behind a mutex; stop
+//! takes it out (`Option::take`) and consumes it. This test does exactly that, with loom's
+//! `Mutex<Option<Node>>`, over a real `Node` (three `MemoryDb`s, a `KvApp`, a `ChainSpec`
+//! chain of empty blocks), in block sync with a window of `WINDOW` blocks:
 //!
-//! * the timer thread locks and calls `on_timer` (a flush point whenever anything is held:
-//!   time is not modelled, so the interval is taken to have passed at every tick — the
-//!   most aggressive timer), then parks on a condvar until stop;
-//! * the block thread, per block, locks, applies the block (`sync_block`: block store,
-//!   results, app commit, state, all held) and takes the flush decision
-//!   (window of 2 blocks) before unlocking;
-//! * stop (the main thread) locks, takes the `Stop` flush point, marks the node stopped,
-//!   notifies the timer, unlocks and joins both threads.
+//! * the timer thread, `TICKS` times: locks; if the node is still there, calls
+//!   `Node::on_timer` with a clock `INTERVAL` past the previous tick (so the interval has
+//!   always passed: a flush point whenever anything is held — the most aggressive timer);
+//! * the block thread, `BLOCKS` times: locks; if the node is still there, calls
+//!   `Node::sync_block` with the next block (a window flush point when `WINDOW` are held);
+//! * stop (the main thread): locks, takes the node, calls `Node::stop`; then joins both.
 //!
-//! Asserted in every interleaving: no flush point starts inside a block; each window is
-//! written once, in order, contiguous from the last durable height, block store → state →
-//! app; every event fires once, in block order, only after its block is durable in all
-//! three databases; at stop everything applied is durable and every event fired; loom
-//! itself reports a deadlock (the timer parked with nobody to wake it) or a lost wakeup.
+//! Time is not a source of nondeterminism: the block thread and stop pass the start time,
+//! the timer passes start + 2·(k+1)·`INTERVAL`; which calls flush depends only on the order
+//! loom chooses.
 //!
-//! Planted bugs (`#[should_panic]`): events fired before the window is written; the lock
-//! released in the middle of a block; the lock released between a block and its flush
-//! decision (a flush point taken on a stale window). A fourth, stop that never wakes the
-//! parked timer, is a deadlock loom reports and then aborts on; it is compiled only with
-//! `--cfg loom_deadlock_demo` and run alone.
+//! Checked in every interleaving, by an oracle that reads the three `MemoryDb`s below the
+//! node's `HoldingDb`s (what a power cut would leave):
+//! * an event fires only once its block is durable in all three databases, in block order,
+//!   at most once (in the event sink, at the moment it fires);
+//! * after every call, the three databases are at one height and `durable_height()` says
+//!   which: a flush point is never taken inside a block, nor half-taken;
+//! * every flush point's window starts where the last one ended and ends at the last block
+//!   applied;
+//! * after stop, every block applied is durable and its event fired.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release --test
-//! loom_flush -- --nocapture` (prints the interleavings explored per model).
+//! Planted bugs, in crate code (`src/node/mod.rs`), each compiled in by its own cfg; with it,
+//! this test expects loom to report the failure (`should_panic` with the oracle's message):
+//! * `loom_bug_events_before_write`: `flush_point` fires the window's events before writing;
+//! * `loom_bug_stale_flush_decision`: the timer's flush point leaves F stale, so the next
+//!   decision and window start from a height already flushed;
+//! * `loom_bug_stop_asks_policy`: `stop` asks the flush policy instead of flushing what is
+//!   held.
+//!
+//! Run (prints the interleavings explored):
+//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release --test
+//! loom_flush -- --nocapture`; a planted bug: add `--cfg loom_bug_<name>` to `RUSTFLAGS`
+//! (and use another `CARGO_TARGET_DIR`).
 #![cfg(loom)]
 
+use std::sync::Arc;
+use std::sync::Mutex as StdMutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
-use loom::sync::{Arc, Condvar, Mutex};
+use flushpoint::{
+    App, BlockStore, ChainSpec, Db, Event, EventKind, FlushPolicy, FlushReport, HoldingDb, KvApp,
+    MemoryDb, Node, Profile, StateStore,
+};
+use loom::sync::Arc as LoomArc;
+use loom::sync::Mutex;
 use loom::thread;
 
-/// Blocks the block thread tries to apply.
-const BLOCKS: u64 = 3;
-/// The window: a flush point after this many held blocks (`FlushTrigger::WindowBlocks`).
+/// Blocks the block thread applies (if the node is not stopped first).
+const BLOCKS: u64 = 5;
+/// The window: a flush point once this many blocks are held.
 const WINDOW: u64 = 2;
-/// Timer ticks before the timer parks until stop.
-const TICKS: usize = 2;
+/// Timer ticks.
+const TICKS: u32 = 4;
+/// The flush interval; the timer's clock moves 2 intervals per tick.
+const INTERVAL: Duration = Duration::from_secs(3600);
 
-/// Which protocol to run: the real one, or one with a planted bug.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Variant {
-    Correct,
-    /// Step 4 moved above steps 1–3.
-    EventsBeforeWrite,
-    /// The block thread unlocks between the block store write and the rest of the block.
-    SplitBlock,
-    /// The block thread snapshots the window and decides under the lock, unlocks, then
-    /// relocks and writes the window it snapshotted.
-    StaleDecision,
-    /// Stop sets `stopped` but does not notify the parked timer.
-    #[cfg_attr(not(loom_deadlock_demo), allow(dead_code))]
-    StopWithoutNotify,
+fn spec() -> ChainSpec {
+    ChainSpec {
+        seed: 0x100f,
+        profile: Profile::Light,
+        initial_height: 1,
+        validator_change_every: 2,
+        params_change_every: 0,
+        // Every block empty: one event per block, and the oracle stays cheap.
+        empty_every: 1,
+    }
 }
 
-/// The three databases, in memory: the height each is durable at.
+type Raw = [Arc<MemoryDb>; 3];
+
+/// The heights durable in the block store, the state and the app: read from the databases
+/// under the node's overlays, with fresh readers.
+fn durable_heights(raw: &Raw) -> [u64; 3] {
+    let bs = BlockStore::open(raw[0].clone() as Arc<dyn Db>)
+        .expect("open block store")
+        .height();
+    let st = StateStore::open(raw[1].clone() as Arc<dyn Db>)
+        .load_state()
+        .expect("load state")
+        .map_or(0, |s| s.last_block_height);
+    let app = KvApp::open(Arc::new(HoldingDb::new(raw[2].clone())))
+        .expect("open app")
+        .committed()
+        .expect("app info")
+        .height;
+    [bs, st, app]
+}
+
 #[derive(Debug, Default)]
-struct Store {
-    block_store: u64,
-    state: u64,
-    app: u64,
-    /// Windows written, in order.
+struct Seen {
+    /// Heights whose `NewBlock` event fired, in order.
+    fired: Vec<u64>,
+    /// Flush-point windows, in order.
     windows: Vec<(u64, u64)>,
 }
 
-impl Store {
-    /// A flush point's writes: steps 1, 2, 3.
-    fn write_window(&mut self, from: u64, to: u64) {
-        assert!(from < to, "empty or backward window {from}..{to}");
-        assert_eq!(
-            from, self.block_store,
-            "window {from}..{to} is not contiguous with the durable height {} (flushed twice or out of order)",
-            self.block_store
-        );
-        assert!(self.state == from && self.app == from);
-        self.block_store = to;
-        self.state = to;
-        self.app = to;
-        self.windows.push((from, to));
-    }
-}
-
-#[derive(Debug, Default)]
-struct NodeModel {
-    store: Store,
-    /// The last block applied (held or durable).
-    applied: u64,
-    /// The last block whose block-store write is held (ahead of `applied` inside a block).
-    saved: u64,
-    /// F: the height all three databases are durable at.
-    flushed: u64,
-    /// Held events (one per block: its height), in block order.
-    held_events: Vec<u64>,
-    /// Events fired, in order.
-    fired: Vec<u64>,
-    /// True between a block's first write and its last.
-    in_block: bool,
-    stopped: bool,
-    flush_points: u64,
-}
-
-impl NodeModel {
-    fn flush_point(&mut self, variant: Variant) {
-        assert!(!self.in_block, "flush point inside block {}", self.saved);
-        assert_eq!(
-            self.saved, self.applied,
-            "invariant: a flush point is taken between blocks"
-        );
-        let (from, to) = (self.flushed, self.applied);
-        if from == to {
-            return;
-        }
-        if variant == Variant::EventsBeforeWrite {
-            self.fire_events();
-        }
-        self.store.write_window(from, to);
-        if variant != Variant::EventsBeforeWrite {
-            self.fire_events();
-        }
-        self.flushed = to;
-        self.flush_points += 1;
-    }
-
-    /// The stale-decision bug's flush: writes a window decided earlier.
-    fn flush_window(&mut self, from: u64, to: u64) {
-        self.store.write_window(from, to);
-        self.fire_events();
-        self.flushed = to;
-        self.flush_points += 1;
-    }
-
-    fn fire_events(&mut self) {
-        for h in std::mem::take(&mut self.held_events) {
-            assert!(
-                h <= self.store.app && h <= self.store.state && h <= self.store.block_store,
-                "event of block {h} fired before it was durable (durable: {:?})",
-                self.store
-            );
-            assert_eq!(
-                h,
-                self.fired.last().copied().unwrap_or(0) + 1,
-                "events fire once and in block order"
-            );
-            self.fired.push(h);
-        }
-    }
-
-    /// `sync_block`'s first write: the block store (held).
-    fn begin_block(&mut self, h: u64) {
-        assert_eq!(h, self.applied + 1);
-        self.in_block = true;
-        self.saved = h;
-    }
-
-    /// The rest of `sync_block`: results, app commit, state (held); the event is held.
-    fn end_block(&mut self, h: u64) {
-        assert_eq!(self.saved, h);
-        self.applied = h;
-        self.held_events.push(h);
-        self.in_block = false;
-    }
-
-    fn window_full(&self) -> bool {
-        self.applied - self.flushed >= WINDOW
-    }
-}
-
-struct Shared {
-    node: Mutex<NodeModel>,
-    stop: Condvar,
-}
-
-fn timer_thread(sh: &Shared, variant: Variant) {
-    for _ in 0..TICKS {
-        let mut n = sh.node.lock().unwrap();
-        if n.stopped {
-            return;
-        }
-        // `on_timer`: the interval has passed; a flush point if anything is held.
-        n.flush_point(variant);
-        drop(n);
-        thread::yield_now();
-    }
-    // Park until stop.
-    let mut n = sh.node.lock().unwrap();
-    while !n.stopped {
-        n = sh.stop.wait(n).unwrap();
-    }
-}
-
-fn block_thread(sh: &Shared, variant: Variant) {
-    for h in 1..=BLOCKS {
-        let mut n = sh.node.lock().unwrap();
-        if n.stopped {
-            return; // the node is gone: `sync_block` cannot be called after `stop`.
-        }
-        n.begin_block(h);
-        if variant == Variant::SplitBlock {
-            drop(n);
-            n = sh.node.lock().unwrap();
-        }
-        n.end_block(h);
-        if variant == Variant::StaleDecision {
-            let decided = n.window_full().then_some((n.flushed, n.applied));
-            drop(n);
-            if let Some((from, to)) = decided {
-                let mut n = sh.node.lock().unwrap();
-                if !n.stopped {
-                    n.flush_window(from, to);
-                }
-            }
-            continue;
-        }
-        // `maybe_flush`, before `sync_block` returns (still under the lock).
-        if n.window_full() {
-            n.flush_point(variant);
-        }
-    }
-}
-
-fn stop(sh: &Shared, variant: Variant) {
-    let mut n = sh.node.lock().unwrap();
-    n.flush_point(variant);
-    n.stopped = true;
-    if variant != Variant::StopWithoutNotify {
-        sh.stop.notify_all();
-    }
-}
-
-fn model_body(variant: Variant, runs: &'static AtomicUsize) {
-    runs.fetch_add(1, Ordering::Relaxed);
-    let sh = Arc::new(Shared {
-        node: Mutex::new(NodeModel::default()),
-        stop: Condvar::new(),
-    });
-    let t = {
-        let sh = sh.clone();
-        thread::spawn(move || timer_thread(&sh, variant))
-    };
-    let b = {
-        let sh = sh.clone();
-        thread::spawn(move || block_thread(&sh, variant))
-    };
-    stop(&sh, variant);
-    b.join().unwrap();
-    t.join().unwrap();
-
-    let n = sh.node.lock().unwrap();
-    // Everything applied is durable after stop, and every event fired exactly once.
-    assert_eq!(n.flushed, n.applied);
-    assert_eq!(n.store.block_store, n.applied);
-    assert_eq!(n.store.app, n.applied);
-    assert_eq!(n.fired, (1..=n.applied).collect::<Vec<_>>());
-    assert!(n.held_events.is_empty());
-    // The windows tile 0..applied, in order.
-    let mut at = 0;
-    for &(from, to) in &n.store.windows {
-        assert_eq!(from, at);
-        at = to;
-    }
-    assert_eq!(at, n.applied);
-    assert_eq!(n.flush_points as usize, n.store.windows.len());
-}
-
-fn explore(variant: Variant, bound: Option<usize>, runs: &'static AtomicUsize) {
-    let mut b = loom::model::Builder::new();
-    b.preemption_bound = bound;
-    runs.store(0, Ordering::Relaxed);
-    let start = std::time::Instant::now();
-    b.check(move || model_body(variant, runs));
-    println!(
-        "loom_flush {variant:?} preemption_bound={bound:?}: {} interleavings explored in {:.2?}",
-        runs.load(Ordering::Relaxed),
-        start.elapsed()
+/// After a call returned `report`, with the node at `height` and `durable_height`.
+fn after_call(raw: &Raw, seen: &StdMutex<Seen>, report: Option<FlushReport>, node: &Node) {
+    check_after_call(
+        durable_heights(raw),
+        node.height(),
+        node.durable_height(),
+        report,
+        &mut seen.lock().unwrap(),
     );
 }
 
+fn check_after_call(
+    durable: [u64; 3],
+    height: u64,
+    durable_height: u64,
+    report: Option<FlushReport>,
+    seen: &mut Seen,
+) {
+    assert!(
+        durable[0] == durable[1] && durable[1] == durable[2],
+        "the databases disagree after a call: {durable:?} (a flush point inside a block, or \
+         half taken)"
+    );
+    assert_eq!(
+        durable[0], durable_height,
+        "durable_height() says {durable_height}, the databases are at {durable:?}"
+    );
+    if let Some(r) = report {
+        let last = seen.windows.last().map_or(0, |w| w.1);
+        assert!(
+            r.from == last && r.to == height && r.from < r.to,
+            "window {}..{} is not contiguous with the last durable height {last} or does \
+             not end at the last block applied {height}",
+            r.from,
+            r.to
+        );
+        seen.windows.push((r.from, r.to));
+    }
+}
+
+fn check_event(durable: [u64; 3], height: u64, fired: &mut Vec<u64>) {
+    assert!(
+        durable.iter().all(|d| *d >= height),
+        "event of block {height} fired before it was durable (durable: {durable:?})"
+    );
+    assert_eq!(
+        height,
+        fired.last().copied().unwrap_or(0) + 1,
+        "events fire once and in block order (fired so far: {fired:?})"
+    );
+    fired.push(height);
+}
+
+fn check_after_stop(durable: [u64; 3], applied: u64, seen: &Seen) {
+    check_stop_durable(durable, applied);
+    assert_eq!(
+        seen.fired,
+        (1..=applied).collect::<Vec<_>>(),
+        "every applied block's event fired once, in order"
+    );
+    assert_eq!(seen.windows.last().map_or(0, |w| w.1), applied);
+}
+
+fn check_stop_durable(durable: [u64; 3], applied: u64) {
+    assert_eq!(
+        durable, [applied; 3],
+        "stop left blocks not durable: applied {applied}, durable {durable:?}"
+    );
+}
+
+fn model_body(runs: &AtomicUsize) {
+    runs.fetch_add(1, Ordering::Relaxed);
+    let t0 = Instant::now();
+    let raw: Raw = [
+        Arc::new(MemoryDb::new("block store")),
+        Arc::new(MemoryDb::new("state")),
+        Arc::new(MemoryDb::new("app")),
+    ];
+    let seen: Arc<StdMutex<Seen>> = Arc::default();
+    let sink = {
+        let (raw, seen) = (raw.clone(), seen.clone());
+        move |e: &Event| {
+            if matches!(e.kind, EventKind::NewBlock { .. }) {
+                check_event(
+                    durable_heights(&raw),
+                    e.height,
+                    &mut seen.lock().unwrap().fired,
+                );
+            }
+        }
+    };
+    let app = KvApp::open(Arc::new(HoldingDb::new(raw[2].clone() as Arc<dyn Db>))).unwrap();
+    let (mut node, _) = Node::open(
+        raw[0].clone(),
+        raw[1].clone(),
+        Box::new(app),
+        &spec().genesis(),
+        Box::new(sink),
+    )
+    .unwrap();
+    // Synchronous flush points: loom explores the node's lock protocol (timer, block
+    // thread, stop); a background flush point's hand-off to its OS thread is outside what
+    // loom can schedule, and its rules are pinned by `tests/deferred_background.rs`.
+    let policy = FlushPolicy {
+        window_blocks_max: Some(WINDOW),
+        interval: INTERVAL,
+        background: false,
+        ..FlushPolicy::default()
+    };
+    node.start_block_sync(policy, t0).unwrap();
+    let shared = LoomArc::new(Mutex::new(Some(node)));
+
+    let timer = {
+        let (shared, raw, seen) = (shared.clone(), raw.clone(), seen.clone());
+        thread::spawn(move || {
+            for k in 1..=TICKS {
+                let mut g = shared.lock().unwrap();
+                let Some(node) = g.as_mut() else { return };
+                let r = node.on_timer(t0 + INTERVAL * 2 * k).expect("on_timer");
+                after_call(&raw, &seen, r, node);
+            }
+        })
+    };
+    let blocks = {
+        let (shared, raw, seen) = (shared.clone(), raw.clone(), seen.clone());
+        thread::spawn(move || {
+            for _ in 0..BLOCKS {
+                let mut g = shared.lock().unwrap();
+                let Some(node) = g.as_mut() else { return };
+                let (b, p, c) = spec().next_block(node.state());
+                let r = node.sync_block(&b, &p, &c, t0).expect("sync_block");
+                after_call(&raw, &seen, r, node);
+            }
+        })
+    };
+    let node = shared
+        .lock()
+        .unwrap()
+        .take()
+        .expect("only stop takes the node");
+    let applied = node.height();
+    let r = node.stop(t0).expect("stop");
+    let durable = durable_heights(&raw);
+    check_stop_durable(durable, applied);
+    check_after_call(durable, applied, applied, r, &mut seen.lock().unwrap());
+    blocks.join().unwrap();
+    timer.join().unwrap();
+    check_after_stop(durable_heights(&raw), applied, &seen.lock().unwrap());
+}
+
+#[cfg_attr(
+    loom_bug_events_before_write,
+    should_panic(expected = "fired before it was durable")
+)]
+#[cfg_attr(
+    loom_bug_stale_flush_decision,
+    should_panic(expected = "durable_height() says")
+)]
+#[cfg_attr(
+    loom_bug_stop_asks_policy,
+    should_panic(expected = "stop left blocks not durable")
+)]
 #[test]
-fn flush_points_are_serialized_bounded() {
+fn real_node_timer_blocks_and_stop_keep_events_durable_and_ordered() {
     static RUNS: AtomicUsize = AtomicUsize::new(0);
-    explore(Variant::Correct, Some(3), &RUNS);
+    let started = Instant::now();
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = None;
+    let report = || {
+        println!(
+            "loom_flush: {} interleavings explored in {:.1?} (blocks {BLOCKS}, window \
+             {WINDOW}, ticks {TICKS}, no preemption bound)",
+            RUNS.load(Ordering::Relaxed),
+            started.elapsed()
+        );
+    };
+    struct Report<F: Fn()>(F);
+    impl<F: Fn()> Drop for Report<F> {
+        fn drop(&mut self) {
+            (self.0)();
+        }
+    }
+    let _report = Report(report);
+    b.check(|| model_body(&RUNS));
+    // More than one order was explored.
     assert!(RUNS.load(Ordering::Relaxed) > 1);
 }
 
-#[test]
-fn flush_points_are_serialized_unbounded() {
-    static RUNS: AtomicUsize = AtomicUsize::new(0);
-    explore(Variant::Correct, None, &RUNS);
+// --- The oracles reject wrong answers (these run under `--cfg loom` too). ---
+
+fn report(from: u64, to: u64) -> Option<FlushReport> {
+    Some(FlushReport {
+        trigger: flushpoint::FlushTrigger::Interval,
+        from,
+        to,
+        bytes: 0,
+        duration: Duration::ZERO,
+    })
 }
 
 #[test]
-#[should_panic(expected = "fired before it was durable")]
-fn planted_bug_events_before_write_is_caught() {
-    static RUNS: AtomicUsize = AtomicUsize::new(0);
-    explore(Variant::EventsBeforeWrite, Some(3), &RUNS);
-}
-
-#[test]
-#[should_panic(expected = "flush point inside block")]
-fn planted_bug_lock_released_inside_a_block_is_caught() {
-    static RUNS: AtomicUsize = AtomicUsize::new(0);
-    explore(Variant::SplitBlock, Some(3), &RUNS);
-}
-
-#[test]
-#[should_panic(expected = "is not contiguous with the durable height")]
-fn planted_bug_stale_flush_decision_is_caught() {
-    static RUNS: AtomicUsize = AtomicUsize::new(0);
-    explore(Variant::StaleDecision, Some(3), &RUNS);
-}
-
-/// loom reports this deadlock ("deadlock; threads = ...") and then aborts the whole test
-/// process (a second panic while cleaning up the parked thread), so it cannot be a
-/// `should_panic` test next to the others. Run it alone and expect SIGABRT after the
-/// "deadlock" message: `RUSTFLAGS="--cfg loom --cfg loom_deadlock_demo" cargo test --release
-/// --test loom_flush -- planted_bug_stop_without_notify`.
-#[cfg(loom_deadlock_demo)]
-#[test]
-fn planted_bug_stop_without_notify_deadlocks() {
-    static RUNS: AtomicUsize = AtomicUsize::new(0);
-    explore(Variant::StopWithoutNotify, Some(3), &RUNS);
+fn oracles_reject_an_early_event_a_repeat_a_split_flush_and_a_stale_window() {
+    use std::panic::catch_unwind;
+    let mut fired = vec![];
+    check_event([1, 1, 1], 1, &mut fired);
+    assert!(catch_unwind(|| check_event([2, 2, 1], 2, &mut vec![1])).is_err());
+    assert!(catch_unwind(|| check_event([2, 2, 2], 1, &mut vec![1])).is_err());
+    assert!(catch_unwind(|| check_event([3, 3, 3], 3, &mut vec![1])).is_err());
+    let mut seen = Seen::default();
+    check_after_call([2, 2, 2], 2, 2, report(0, 2), &mut seen);
+    check_after_call([2, 2, 2], 3, 2, None, &mut seen);
+    let with = |w: Vec<(u64, u64)>| Seen {
+        fired: vec![],
+        windows: w,
+    };
+    // A flush inside a block (state behind the block store), a stale durable_height, a
+    // window that does not start at the last one's end, one short of the applied height.
+    assert!(catch_unwind(|| check_after_call([3, 2, 2], 3, 2, None, &mut with(vec![]))).is_err());
+    assert!(catch_unwind(|| check_after_call([3, 3, 3], 3, 2, None, &mut with(vec![]))).is_err());
+    assert!(
+        catch_unwind(|| check_after_call([3, 3, 3], 3, 3, report(0, 3), &mut with(vec![(0, 2)])))
+            .is_err()
+    );
+    assert!(
+        catch_unwind(|| check_after_call([3, 3, 3], 4, 3, report(2, 3), &mut with(vec![(0, 2)])))
+            .is_err()
+    );
+    let done = Seen {
+        fired: vec![1, 2, 3],
+        windows: vec![(0, 2), (2, 3)],
+    };
+    check_after_stop([3, 3, 3], 3, &done);
+    assert!(catch_unwind(|| check_after_stop([2, 2, 2], 3, &done)).is_err());
+    let missing = Seen {
+        fired: vec![1, 3],
+        windows: vec![(0, 3)],
+    };
+    assert!(catch_unwind(|| check_after_stop([3, 3, 3], 3, &missing)).is_err());
 }

@@ -41,3 +41,58 @@ fn creation_never_exposes_the_real_name_before_the_database_is_complete() {
     assert_eq!(names, vec!["app.redb".to_string()]);
     RedbDb::open(&path, "app", &RedbOptions::default()).unwrap();
 }
+
+/// The same property on the simulated file system, cut at every operation of a creation:
+/// the real name is absent or names a database redb opens, and the next open completes the
+/// creation and leaves no leftover.
+#[test]
+fn creation_cut_at_every_file_system_op_never_names_a_half_created_file() {
+    use flushpoint::{DirFate, FileFate, FileSystem, SimFs};
+    use std::path::Path;
+    use std::sync::Arc;
+    let path = Path::new("/db/state.redb");
+    let open = |fs: &SimFs| RedbDb::open_on(Arc::new(fs.clone()), path, "state", &options());
+    let setup = || {
+        let fs = SimFs::new();
+        fs.create_dir_all(Path::new("/db")).unwrap();
+        fs.sync_dir(Path::new("/")).unwrap();
+        fs
+    };
+    let full = setup();
+    let before = full.ops();
+    let db = open(&full).unwrap();
+    // The ops of the open itself; closing (redb's shutdown writes) comes after.
+    let total = full.ops() - before;
+    drop(db);
+    assert!(
+        total > 5,
+        "a creation is several file-system ops, got {total}"
+    );
+    let mut images = 0;
+    for k in 1..=total {
+        let fs = setup();
+        fs.set_cut_at(Some(before + k));
+        assert!(open(&fs).is_err(), "cut {k} must interrupt the creation");
+        for d in [DirFate::DropAll, DirFate::KeepAll, DirFate::Prefix(1)] {
+            for f in [FileFate::DropAll, FileFate::KeepAll, FileFate::Random(k)] {
+                let img = fs.crash_image(d, f);
+                images += 1;
+                if img.exists(path).unwrap() {
+                    drop(open(&img).unwrap_or_else(|e| panic!("cut {k} {d:?} {f:?}: {e}")));
+                }
+                let db = open(&img).unwrap_or_else(|e| panic!("cut {k} {d:?} {f:?}: {e}"));
+                drop(db);
+                assert_eq!(
+                    img.list(Path::new("/db")),
+                    ["state.redb"],
+                    "cut {k} {d:?} {f:?}"
+                );
+            }
+        }
+    }
+    println!("redb_create_atomic: {total} cuts, {images} crash images");
+}
+
+fn options() -> RedbOptions {
+    RedbOptions::default()
+}

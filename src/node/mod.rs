@@ -717,6 +717,11 @@ impl Node {
             self.deferred.last_flush = Instant::now().max(now);
             return Ok(done);
         }
+        // Planted bug (loom only, `tests/loom_flush.rs`): events fired before the writes.
+        #[cfg(loom_bug_events_before_write)]
+        for events in std::mem::take(&mut self.deferred.held_events) {
+            events.iter().for_each(|e| self.sink.fire(e));
+        }
         let r = self.write_flush_point(from, to);
         let bytes = self.poisoned(r)?;
         // Step 4: every database is durable at `to`; the window's events fire, in block
@@ -728,6 +733,12 @@ impl Node {
             }
         }
         self.deferred.flushed_height = to;
+        // Planted bug (loom only): the timer's flush point leaves F stale, so the next flush
+        // decision and window are computed from a height already flushed.
+        #[cfg(loom_bug_stale_flush_decision)]
+        if trigger == FlushTrigger::Interval {
+            self.deferred.flushed_height = from;
+        }
         self.deferred.flush_points += 1;
         let end = Instant::now();
         self.deferred.last_flush = end.max(now);
@@ -829,7 +840,12 @@ impl Node {
     pub fn stop(mut self, now: Instant) -> Result<Option<FlushReport>> {
         self.check_poison()?;
         let report = if self.mode == Mode::BlockSync {
-            self.flush_point(FlushTrigger::Stop, now)?
+            // Planted bug (loom only): stop asks the policy instead of flushing what is held.
+            #[cfg(loom_bug_stop_asks_policy)]
+            let report = self.maybe_flush(now)?;
+            #[cfg(not(loom_bug_stop_asks_policy))]
+            let report = self.flush_point(FlushTrigger::Stop, now)?;
+            report
         } else {
             None
         };

@@ -1,0 +1,273 @@
+//! The file layer: every file operation the crate makes on a home — the `FORMAT` and `LOCK`
+//! files, `RedbDb`'s atomic creation, and redb's own page I/O — goes through a
+//! [`FileSystem`], so that a simulated one ([`SimFs`]) can cut the power at any of them.
+//!
+//! [`StdFs`] is the real one (`std::fs`, `flock` through `fs4`); redb's I/O on a real file
+//! goes through redb's own `FileBackend`, with its locks, exactly as before this layer.
+//!
+//! Durability contract every implementation follows (and [`SimFs`] enforces on a cut):
+//! * file bytes and length (`write_at`, `set_len`) are durable once the file's `sync_data`
+//!   or `sync_all` returned `Ok`;
+//! * a directory entry — a created file or directory, a rename, an unlink — is durable once
+//!   the directory's [`FileSystem::sync_dir`] returned `Ok`; a file's own sync does not make
+//!   its name durable.
+//!
+//! Invariant: this module decides nothing about *when* to sync; callers do (policy apart
+//! from mechanism). Invariant: it never imports the database or node layers.
+
+pub mod sim;
+
+use std::fmt::Debug;
+use std::ops::Bound;
+use std::path::Path;
+
+use redb::{BackendError, StorageBackend};
+
+pub use sim::{DirFate, FileFate, SimFile, SimFs, SimOp, SimStats};
+
+type IoResult<T> = std::io::Result<T>;
+
+/// How [`FileSystem::open_file`] opens a file (always for reading and writing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OpenMode {
+    /// The file must exist.
+    Existing,
+    /// Opens the file, creating it empty if it does not exist.
+    CreateOrOpen,
+    /// Creates the file, or truncates it to zero length if it exists.
+    CreateTruncate,
+}
+
+/// A file system: the directory operations, and opening files.
+///
+/// Every mutating call is one operation a power cut can interrupt; see the module docs for
+/// what is durable when each returns `Ok`.
+pub trait FileSystem: Send + Sync + Debug + 'static {
+    /// Creates `dir` and every missing ancestor (like `mkdir -p`). The new entries are not
+    /// durable until each parent is synced ([`create_dir_all_durably`] does that).
+    fn create_dir_all(&self, dir: &Path) -> IoResult<()>;
+    /// Opens the file at `path` per `mode`. Creating a file adds a directory entry.
+    fn open_file(&self, path: &Path, mode: OpenMode) -> IoResult<Box<dyn FsFile>>;
+    /// True when something (file or directory) exists at `path`.
+    fn exists(&self, path: &Path) -> IoResult<bool>;
+    /// Renames `from` to `to` (same directory), replacing `to` if it exists.
+    fn rename(&self, from: &Path, to: &Path) -> IoResult<()>;
+    /// Removes the file at `path`; `NotFound` if there is none.
+    fn remove_file(&self, path: &Path) -> IoResult<()>;
+    /// Makes the directory's entries durable (fsync of the directory).
+    fn sync_dir(&self, dir: &Path) -> IoResult<()>;
+    /// Bytes allocated to the file at `path` (its length, where allocation is unknown).
+    fn allocated_bytes(&self, path: &Path) -> IoResult<u64>;
+}
+
+/// An open file.
+pub trait FsFile: Send + Sync + Debug {
+    /// The file's length.
+    fn len(&self) -> IoResult<u64>;
+    /// True when the file is empty.
+    fn is_empty(&self) -> IoResult<bool> {
+        Ok(self.len()? == 0)
+    }
+    /// Reads exactly `out.len()` bytes at `offset` (`UnexpectedEof` past the end).
+    fn read_at(&self, offset: u64, out: &mut [u8]) -> IoResult<()>;
+    /// Writes all of `data` at `offset`, growing the file if needed.
+    fn write_at(&self, offset: u64, data: &[u8]) -> IoResult<()>;
+    /// Sets the length (new bytes read as zero).
+    fn set_len(&self, len: u64) -> IoResult<()>;
+    /// Makes the file's bytes and length durable (fdatasync).
+    fn sync_data(&self) -> IoResult<()>;
+    /// Makes the file's bytes, length and metadata durable (fsync); not its name.
+    fn sync_all(&self) -> IoResult<()>;
+    /// Takes an exclusive advisory lock on this open file: `Ok(false)` if another handle
+    /// holds one. Released by [`FsFile::unlock`] or when the handle is dropped.
+    fn try_lock_exclusive(&self) -> IoResult<bool>;
+    /// Releases the lock taken by [`FsFile::try_lock_exclusive`].
+    fn unlock(&self) -> IoResult<()>;
+    /// The real file underneath, if this is one (redb then uses its own `FileBackend`,
+    /// with its file locks); otherwise the handle back.
+    fn into_std(self: Box<Self>) -> Result<std::fs::File, Box<dyn FsFile>>;
+}
+
+/// Creates `dir` and its missing ancestors, syncing each new directory's parent so that the
+/// new entries survive a power cut before this returns `Ok`.
+pub fn create_dir_all_durably(fs: &dyn FileSystem, dir: &Path) -> IoResult<()> {
+    let mut missing = Vec::new();
+    let mut at = Some(dir);
+    while let Some(d) = at.filter(|d| !d.as_os_str().is_empty()) {
+        if fs.exists(d)? {
+            break;
+        }
+        missing.push(d);
+        at = d.parent();
+    }
+    fs.create_dir_all(dir)?;
+    // Parents first: a child's entry is useless if its parent's entry is lost.
+    for d in missing.into_iter().rev() {
+        fs.sync_dir(parent_of(d))?;
+    }
+    Ok(())
+}
+
+/// The directory holding `path` (`.` for a bare name).
+pub fn parent_of(path: &Path) -> &Path {
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// The real file system.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StdFs;
+
+impl FileSystem for StdFs {
+    fn create_dir_all(&self, dir: &Path) -> IoResult<()> {
+        std::fs::create_dir_all(dir)
+    }
+    fn open_file(&self, path: &Path, mode: OpenMode) -> IoResult<Box<dyn FsFile>> {
+        let mut o = std::fs::OpenOptions::new();
+        o.read(true).write(true);
+        match mode {
+            OpenMode::Existing => {}
+            OpenMode::CreateOrOpen => {
+                o.create(true).truncate(false);
+            }
+            OpenMode::CreateTruncate => {
+                o.create(true).truncate(true);
+            }
+        }
+        Ok(Box::new(StdFile(o.open(path)?)))
+    }
+    fn exists(&self, path: &Path) -> IoResult<bool> {
+        path.try_exists()
+    }
+    fn rename(&self, from: &Path, to: &Path) -> IoResult<()> {
+        std::fs::rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> IoResult<()> {
+        std::fs::remove_file(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> IoResult<()> {
+        std::fs::File::open(dir)?.sync_all()
+    }
+    fn allocated_bytes(&self, path: &Path) -> IoResult<u64> {
+        use std::os::unix::fs::MetadataExt;
+        Ok(std::fs::metadata(path)?.blocks() * 512)
+    }
+}
+
+/// A real open file.
+#[derive(Debug)]
+pub struct StdFile(std::fs::File);
+
+impl FsFile for StdFile {
+    fn len(&self) -> IoResult<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+    fn read_at(&self, offset: u64, out: &mut [u8]) -> IoResult<()> {
+        std::os::unix::fs::FileExt::read_exact_at(&self.0, out, offset)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> IoResult<()> {
+        std::os::unix::fs::FileExt::write_all_at(&self.0, data, offset)
+    }
+    fn set_len(&self, len: u64) -> IoResult<()> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> IoResult<()> {
+        self.0.sync_data()
+    }
+    fn sync_all(&self) -> IoResult<()> {
+        self.0.sync_all()
+    }
+    fn try_lock_exclusive(&self) -> IoResult<bool> {
+        match fs4::fs_std::FileExt::try_lock_exclusive(&self.0) {
+            Ok(locked) => Ok(locked),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+    fn unlock(&self) -> IoResult<()> {
+        fs4::fs_std::FileExt::unlock(&self.0)
+    }
+    fn into_std(self: Box<Self>) -> Result<std::fs::File, Box<dyn FsFile>> {
+        Ok(self.0)
+    }
+}
+
+/// redb's storage over a file of this layer: a real file keeps redb's `FileBackend` (and its
+/// byte-range locks); any other file is read and written through [`FsFile`], without locks
+/// (redb then runs as the only writer, which `Home`'s `LOCK` guarantees).
+#[derive(Debug)]
+pub struct FsBackend(Inner);
+
+#[derive(Debug)]
+enum Inner {
+    Std(redb::backends::FileBackend),
+    Layer(Box<dyn FsFile>),
+}
+
+impl FsBackend {
+    /// A backend over `file`.
+    pub fn new(file: Box<dyn FsFile>) -> Result<Self, redb::DatabaseError> {
+        Ok(FsBackend(match file.into_std() {
+            Ok(f) => Inner::Std(redb::backends::FileBackend::new(f)?),
+            Err(file) => Inner::Layer(file),
+        }))
+    }
+}
+
+macro_rules! lock_fwd {
+    ($name:ident, $ret:ty) => {
+        fn $name(&self, s: Bound<u64>, e: Bound<u64>) -> Result<$ret, BackendError> {
+            match &self.0 {
+                Inner::Std(b) => b.$name(s, e),
+                Inner::Layer(_) => Err(BackendError::Unsupported),
+            }
+        }
+    };
+}
+
+impl StorageBackend for FsBackend {
+    fn len(&self) -> IoResult<u64> {
+        match &self.0 {
+            Inner::Std(b) => b.len(),
+            Inner::Layer(f) => f.len(),
+        }
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> IoResult<()> {
+        match &self.0 {
+            Inner::Std(b) => b.read(offset, out),
+            Inner::Layer(f) => f.read_at(offset, out),
+        }
+    }
+    fn set_len(&self, len: u64) -> IoResult<()> {
+        match &self.0 {
+            Inner::Std(b) => b.set_len(len),
+            Inner::Layer(f) => f.set_len(len),
+        }
+    }
+    fn sync_data(&self) -> IoResult<()> {
+        match &self.0 {
+            Inner::Std(b) => b.sync_data(),
+            Inner::Layer(f) => f.sync_data(),
+        }
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> IoResult<()> {
+        match &self.0 {
+            Inner::Std(b) => b.write(offset, data),
+            Inner::Layer(f) => f.write_at(offset, data),
+        }
+    }
+    fn close(&self) -> IoResult<()> {
+        match &self.0 {
+            Inner::Std(b) => b.close(),
+            Inner::Layer(_) => Ok(()),
+        }
+    }
+    lock_fwd!(try_lock_range, bool);
+    lock_fwd!(try_lock_shared_range, bool);
+    lock_fwd!(lock_range, ());
+    lock_fwd!(lock_shared_range, ());
+    lock_fwd!(unlock_range, ());
+    lock_fwd!(query_lock_range, bool);
+}
