@@ -299,6 +299,7 @@ fn report(from: u64, to: u64) -> Option<FlushReport> {
         to,
         bytes: 0,
         duration: Duration::ZERO,
+        loop_wait: Duration::ZERO,
     })
 }
 
