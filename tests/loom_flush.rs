@@ -300,6 +300,7 @@ fn report(from: u64, to: u64) -> Option<FlushReport> {
         bytes: 0,
         duration: Duration::ZERO,
         loop_wait: Duration::ZERO,
+        flush_points: 1,
     })
 }
 

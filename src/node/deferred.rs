@@ -147,6 +147,9 @@ pub struct FlushReport {
     /// synchronous one; for a background one, only the wait for the window in flight.
     #[serde(skip)]
     pub loop_wait: Duration,
+    /// Flush points this report covers: 1, or 2 when one call completed the window in flight
+    /// and took the next one (background flush points).
+    pub flush_points: u64,
 }
 
 /// The deferral state the node keeps between flush points.

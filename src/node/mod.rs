@@ -121,6 +121,7 @@ fn merge_reports(a: Option<FlushReport>, b: Option<FlushReport>) -> Option<Flush
             bytes: a.bytes + b.bytes,
             duration: a.duration + b.duration,
             loop_wait: a.loop_wait + b.loop_wait,
+            flush_points: a.flush_points + b.flush_points,
         }),
         (a, b) => a.or(b),
     }
@@ -623,6 +624,7 @@ impl Node {
             bytes,
             duration: f.started.elapsed(),
             loop_wait,
+            flush_points: 1,
         };
         trace_flush_point(&report, true);
         Ok(Some(report))
@@ -722,6 +724,9 @@ impl Node {
         for events in std::mem::take(&mut self.deferred.held_events) {
             events.iter().for_each(|e| self.sink.fire(e));
         }
+        // The synchronous write starts now: the wait for the window in flight, if any, is
+        // that window's report's.
+        let write_start = Instant::now();
         let r = self.write_flush_point(from, to);
         let bytes = self.poisoned(r)?;
         // Step 4: every database is durable at `to`; the window's events fire, in block
@@ -742,7 +747,7 @@ impl Node {
         self.deferred.flush_points += 1;
         let end = Instant::now();
         self.deferred.last_flush = end.max(now);
-        let duration = end.saturating_duration_since(now);
+        let duration = end.saturating_duration_since(write_start);
         let report = FlushReport {
             trigger,
             from,
@@ -750,6 +755,7 @@ impl Node {
             bytes,
             duration,
             loop_wait: duration,
+            flush_points: 1,
         };
         trace_flush_point(&report, false);
         Ok(merge_reports(done, Some(report)))

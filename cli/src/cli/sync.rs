@@ -159,6 +159,9 @@ pub struct FlushJson {
     pub to: u64,
     /// Key and value bytes written.
     pub bytes: u64,
+    /// Flush points this entry covers (2 when one call completed a window in flight and
+    /// took the next).
+    pub flush_points: u64,
     /// Seconds from freezing the window to its last synced batch.
     pub duration_s: f64,
     /// Seconds the block loop waited for it (all of `duration_s` for a synchronous flush
@@ -467,6 +470,7 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
                 from: r.from,
                 to: r.to,
                 bytes: r.bytes,
+                flush_points: r.flush_points,
                 duration_s: r.duration.as_secs_f64(),
                 loop_wait_s: r.loop_wait.as_secs_f64(),
                 at_s: t0.elapsed().as_secs_f64(),
@@ -677,10 +681,12 @@ fn print_human(s: &SyncSummary) {
     );
     for f in &s.flush_timeline {
         println!(
-            "  flush point {:>7}..={:<7} {:?}: {} in {:.2} s, loop waited {:.2} s (at {:.2} s)",
+            "  blocks {:>7}..={:<7} {:?} ({} flush point{}): {} in {:.2} s, loop waited {:.2} s (at {:.2} s)",
             f.from + 1,
             f.to,
             f.trigger,
+            f.flush_points,
+            if f.flush_points == 1 { "" } else { "s" },
             human_bytes(f.bytes),
             f.duration_s,
             f.loop_wait_s,
