@@ -63,6 +63,49 @@ impl std::fmt::Display for Heights {
     }
 }
 
+/// What kind of failure an [`Error`] is, for an embedder to match on without reading
+/// messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The disk (or the quota) is full (`ENOSPC`, `EDQUOT` anywhere in the source chain).
+    /// Nothing durable is lost; free space and restart: the handshake repairs the home.
+    DiskFull,
+    /// Another I/O or storage-engine failure.
+    Io,
+    /// A stored record or file failed its checks.
+    Corrupt,
+    /// The home is open elsewhere.
+    Locked,
+    /// The home or a record was written by an incompatible format version.
+    Incompatible,
+    /// The databases' heights (or an app hash) form a shape no repair covers, or a rollback
+    /// was refused.
+    Inconsistent,
+    /// An earlier failed write poisoned the handle: restart.
+    Poisoned,
+    /// Bad input (a block, a part set, a commit, an API precondition); nothing was written.
+    InvalidInput,
+    /// A record the caller asked for is not stored.
+    NotFound,
+    /// Durable state was asked for before anything was durable.
+    NotYetDurable,
+}
+
+/// The first failure that poisoned a handle: its kind and its message. The
+/// [`Error::Poisoned`] of every later call carries it as its `source`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct PoisonCause {
+    /// The kind of the first failure.
+    pub kind: ErrorKind,
+    /// Its message.
+    pub message: String,
+}
+
+/// A boxed error kept as an [`Error`]'s source.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Every error flushpoint returns.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -74,8 +117,11 @@ pub enum Error {
         db: String,
         /// What was being done.
         op: &'static str,
-        /// The engine's message.
+        /// The engine's message (with the path, where one was involved).
         message: String,
+        /// The engine's or the operating system's error.
+        #[source]
+        source: Option<BoxError>,
     },
     /// An earlier write or fsync failed; nothing more is accepted until restart.
     #[error(
@@ -85,7 +131,8 @@ pub enum Error {
         /// The database involved.
         db: String,
         /// The first failure.
-        cause: String,
+        #[source]
+        cause: PoisonCause,
     },
     /// A stored record failed to decode.
     #[error(
@@ -214,14 +261,107 @@ pub enum Error {
 }
 
 impl Error {
-    /// Builds a storage error.
-    pub(crate) fn storage(db: &str, op: &'static str, err: impl std::fmt::Display) -> Self {
+    /// Builds a storage error that keeps `err` as its source (for [`crate::Db`]
+    /// implementations outside the crate too: its [`Error::kind`] is `DiskFull` when an
+    /// `ENOSPC`/`EDQUOT` I/O error is in the chain, `Io` otherwise).
+    pub fn storage(db: &str, op: &'static str, err: impl Into<BoxError>) -> Self {
+        let source: BoxError = err.into();
         Error::Storage {
             db: db.to_string(),
             op,
-            message: err.to_string(),
+            message: source.to_string(),
+            source: Some(source),
         }
     }
+
+    /// Builds a storage error from an I/O error on `path`, keeping the I/O error as source.
+    pub(crate) fn io(
+        db: &str,
+        op: &'static str,
+        path: &std::path::Path,
+        err: std::io::Error,
+    ) -> Self {
+        Error::Storage {
+            db: db.to_string(),
+            op,
+            message: format!("{}: {err}", path.display()),
+            source: Some(Box::new(err)),
+        }
+    }
+
+    /// The kind of failure, for matching without reading the message.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Storage { source, .. } => {
+                let io = source.as_deref().and_then(|e| io_error_in(e));
+                if io.is_some_and(is_disk_full) {
+                    ErrorKind::DiskFull
+                } else {
+                    ErrorKind::Io
+                }
+            }
+            Error::Home { source, .. } => {
+                if is_disk_full(source) {
+                    ErrorKind::DiskFull
+                } else {
+                    ErrorKind::Io
+                }
+            }
+            Error::Poisoned { .. } => ErrorKind::Poisoned,
+            Error::Corrupt { .. } => ErrorKind::Corrupt,
+            Error::NonContiguous { .. }
+            | Error::IncompletePartSet { .. }
+            | Error::PartSetMismatch { .. }
+            | Error::InvalidInput(_)
+            | Error::InvalidBlock { .. } => ErrorKind::InvalidInput,
+            Error::NotFound { .. } => ErrorKind::NotFound,
+            Error::HomeLocked { .. } => ErrorKind::Locked,
+            Error::HomeVersion { .. } => ErrorKind::Incompatible,
+            Error::Inconsistent { .. } | Error::AppHashMismatch { .. } | Error::Rollback(_) => {
+                ErrorKind::Inconsistent
+            }
+            Error::NotYetDurable { .. } => ErrorKind::NotYetDurable,
+        }
+    }
+}
+
+fn is_disk_full(e: &std::io::Error) -> bool {
+    // ENOSPC and EDQUOT on Linux (28 and 122); `StorageFull` covers what std maps.
+    e.kind() == std::io::ErrorKind::StorageFull || matches!(e.raw_os_error(), Some(28) | Some(122))
+}
+
+/// The first I/O error in `e`'s source chain, looking inside redb's error types (which
+/// carry the I/O error as a variant rather than as a source).
+fn io_error_in<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io::Error> {
+    let mut cur: Option<&'a (dyn std::error::Error + 'static)> = Some(e);
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return Some(io);
+        }
+        let storage = e
+            .downcast_ref::<redb::StorageError>()
+            .or_else(|| match e.downcast_ref::<redb::CommitError>() {
+                Some(redb::CommitError::Storage(s)) => Some(s),
+                _ => None,
+            })
+            .or_else(|| match e.downcast_ref::<redb::TransactionError>() {
+                Some(redb::TransactionError::Storage(s)) => Some(s),
+                _ => None,
+            })
+            .or_else(|| match e.downcast_ref::<redb::TableError>() {
+                Some(redb::TableError::Storage(s)) => Some(s),
+                _ => None,
+            })
+            .or_else(|| match e.downcast_ref::<redb::DatabaseError>() {
+                Some(redb::DatabaseError::Storage(s)) => Some(s),
+                _ => None,
+            });
+        if let Some(redb::StorageError::Io(io)) = storage {
+            return Some(io);
+        }
+        cur = e.source();
+    }
+    None
 }
 
 /// Result with the crate's error.

@@ -20,6 +20,7 @@ mod fs;
 mod holding;
 mod home;
 mod node;
+mod poison;
 pub(crate) mod store;
 pub mod testing;
 mod types;
@@ -31,7 +32,7 @@ pub use db::{
     Durability, Entry, KeyRange, MemoryDb, Op, RedbDb, RedbOptions, SyncCounters, SyncCounts,
     collect_range, fsync_dir,
 };
-pub use error::{CorruptReason, Error, Heights, Result, hex};
+pub use error::{BoxError, CorruptReason, Error, ErrorKind, Heights, PoisonCause, Result, hex};
 pub use fs::{
     DirFate, FileFate, FileSystem, FsBackend, FsFile, OpenMode, SimFile, SimFs, SimOp, SimStats,
     StdFile, StdFs, create_dir_all_durably,

@@ -65,11 +65,7 @@ impl Db for CrashingDb {
                 self.inner.write(batch, durability)?;
             }
         }
-        Err(Error::Storage {
-            db: self.name().to_string(),
-            op: "write",
-            message: "crashed".to_string(),
-        })
+        Err(Error::storage(self.name(), "write", "crashed"))
     }
 }
 

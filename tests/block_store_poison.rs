@@ -71,11 +71,7 @@ impl<D: Db> Db for FailingDb<D> {
             self.inner.write(batch, durability)?;
         }
         self.injected_failures.fetch_add(1, Ordering::SeqCst);
-        Err(Error::Storage {
-            db: self.name().to_string(),
-            op: "fsync",
-            message: "injected failure".to_string(),
-        })
+        Err(Error::storage(self.name(), "fsync", "injected failure"))
     }
 }
 
@@ -83,7 +79,15 @@ fn assert_poisoned<T: std::fmt::Debug>(what: &str, r: Result<T>) {
     match r {
         Err(Error::Poisoned { db, cause }) => {
             assert_eq!(db, "block store", "{what}: names the database");
-            assert!(!cause.is_empty(), "{what}: names the first failure");
+            assert!(
+                cause.message.contains("injected"),
+                "{what}: names the first failure ({cause})"
+            );
+            assert_eq!(
+                cause.kind,
+                flushpoint::ErrorKind::Io,
+                "{what}: keeps its kind"
+            );
         }
         other => panic!("{what}: expected Poisoned, got {other:?}"),
     }

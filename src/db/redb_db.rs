@@ -10,7 +10,7 @@
 //! well); only a reopen, which runs redb's repair, clears it.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use redb::{Database, ReadableDatabase, StorageBackend, TableDefinition, TableError};
@@ -19,6 +19,7 @@ use super::storage::{BackendCounters, BackendCounts, CountingBackend};
 use super::{Batch, Db, DbIter, Direction, Durability, KeyRange, Op};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, FsBackend, OpenMode, StdFs, parent_of};
+use crate::poison::Poison;
 
 type RedbItem = std::result::Result<
     (
@@ -56,7 +57,7 @@ pub struct RedbDb {
     fs: Option<Arc<dyn FileSystem>>,
     db: Database,
     counters: Arc<BackendCounters>,
-    poison: Mutex<Option<String>>,
+    poison: Poison,
 }
 
 impl std::fmt::Debug for RedbDb {
@@ -92,7 +93,7 @@ impl RedbDb {
     ) -> Result<Self> {
         let exists = fs
             .exists(path)
-            .map_err(|e| Error::storage(name, "stat file", format!("{}: {e}", path.display())))?;
+            .map_err(|e| Error::io(name, "stat file", path, e))?;
         if !exists {
             Self::create_atomically(&*fs, path, name, options)?;
         }
@@ -110,7 +111,7 @@ impl RedbDb {
     ) -> Result<Self> {
         let file = fs
             .open_file(path, OpenMode::CreateOrOpen)
-            .map_err(|e| Error::storage(name, "open file", format!("{}: {e}", path.display())))?;
+            .map_err(|e| Error::io(name, "open file", path, e))?;
         let backend = FsBackend::new(file).map_err(|e| Error::storage(name, "open", e))?;
         Self::with_backend(name, backend, options)
     }
@@ -126,8 +127,8 @@ impl RedbDb {
         options: &RedbOptions,
     ) -> Result<()> {
         let io = |op: &'static str, p: &Path| {
-            let shown = p.display().to_string();
-            move |e: std::io::Error| Error::storage(name, op, format!("{shown}: {e}"))
+            let p = p.to_path_buf();
+            move |e: std::io::Error| Error::io(name, op, &p, e)
         };
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".creating");
@@ -179,7 +180,7 @@ impl RedbDb {
             fs: None,
             db,
             counters,
-            poison: Mutex::new(None),
+            poison: Poison::default(),
         };
         this.ensure_table()?;
         Ok(this)
@@ -230,27 +231,18 @@ impl RedbDb {
     }
 
     fn check_poison(&self) -> Result<()> {
-        match &*self.poison.lock().expect("poison lock") {
-            Some(cause) => Err(Error::Poisoned {
-                db: self.name.clone(),
-                cause: cause.clone(),
-            }),
-            None => Ok(()),
-        }
+        self.poison.check(&self.name)
     }
 
-    fn err(&self, op: &'static str, e: impl std::fmt::Display) -> Error {
+    fn err(&self, op: &'static str, e: impl Into<crate::error::BoxError>) -> Error {
         Error::storage(&self.name, op, e)
     }
 
     /// Records a write-path failure: poisons the handle and returns the error.
-    fn fail(&self, op: &'static str, e: impl std::fmt::Display) -> Error {
-        let msg = format!("{op}: {e}");
-        let mut p = self.poison.lock().expect("poison lock");
-        if p.is_none() {
-            *p = Some(msg.clone());
-        }
-        Error::storage(&self.name, op, e)
+    fn fail(&self, op: &'static str, e: impl Into<crate::error::BoxError>) -> Error {
+        let err = Error::storage(&self.name, op, e);
+        self.poison.set(&err);
+        err
     }
 }
 

@@ -92,7 +92,7 @@ pub struct Node {
     app_holds: bool,
     deferred: DeferredWrites,
     sink: Box<dyn EventSink>,
-    poison: Option<String>,
+    poison: crate::poison::Poison,
     /// The app's held store when background flush points are on (see `start_block_sync`).
     app_store: Option<Arc<dyn HeldStore>>,
     /// The window a flush thread is writing (background flush points only).
@@ -269,7 +269,7 @@ impl Node {
             app_holds: false,
             deferred: DeferredWrites::new(FlushPolicy::default(), flushed, Instant::now()),
             sink,
-            poison: None,
+            poison: crate::poison::Poison::default(),
             app_store: None,
             in_flight: None,
         };
@@ -439,21 +439,15 @@ impl Node {
     }
 
     fn check_poison(&self) -> Result<()> {
-        match &self.poison {
-            Some(cause) => Err(Error::Poisoned {
-                db: "node".into(),
-                cause: cause.clone(),
-            }),
-            None => Ok(()),
-        }
+        self.poison.check("node")
     }
 
     fn poisoned<T>(&mut self, r: Result<T>) -> Result<T> {
         if let Err(e) = &r
-            && self.poison.is_none()
+            && !self.poison.is_set()
         {
             tracing::error!(target: "flushpoint::node", error = %e, "node poisoned: restart it (the handshake checks and repairs the home)");
-            self.poison = Some(e.to_string());
+            self.poison.set(e);
         }
         r
     }

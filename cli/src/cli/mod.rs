@@ -126,17 +126,34 @@ fn io_hint(e: &std::io::Error) -> Option<&'static str> {
     }
 }
 
-fn message_hint(msg: &str) -> Option<&'static str> {
-    let m = msg.to_ascii_lowercase();
-    if m.contains("no space left") || m.contains("quota exceeded") {
-        Some(
+/// What to do about an error of `kind` (the library's structured kind, never its text).
+fn kind_hint(kind: flushpoint::ErrorKind) -> Option<&'static str> {
+    match kind {
+        flushpoint::ErrorKind::DiskFull => Some(
             "the disk is full: free some space and rerun; the handshake repairs the home on the next start (nothing durable is lost)",
-        )
-    } else if m.contains("read-only file system") || m.contains("permission denied") {
-        Some("the home is not writable: pick a writable --home or fix its permissions")
-    } else {
-        None
+        ),
+        _ => None,
     }
+}
+
+fn poison_hint(e: &flushpoint::Error) -> Option<&'static str> {
+    match e {
+        flushpoint::Error::Poisoned { cause, .. } => kind_hint(cause.kind),
+        _ => kind_hint(e.kind()),
+    }
+}
+
+fn io_source_hint(e: &flushpoint::Error) -> Option<&'static str> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = cur {
+        if let Some(io) = s.downcast_ref::<std::io::Error>()
+            && let Some(h) = io_hint(io)
+        {
+            return Some(h);
+        }
+        cur = s.source();
+    }
+    None
 }
 
 /// Turns a library error into a one-line message that says what to do.
@@ -157,12 +174,14 @@ pub fn describe(e: &flushpoint::Error, home: &Path) -> CliError {
             "{text}; run `flushpoint inspect --home {}` for details; restore the home from a backup or sync a new one",
             home.display()
         ),
-        E::Poisoned { .. } | E::Storage { .. } => match message_hint(&text) {
-            Some(h) => format!("{text}: {h}"),
-            None => format!(
-                "{text}; rerun the command: the start-up handshake checks and repairs the home"
-            ),
-        },
+        E::Poisoned { .. } | E::Storage { .. } => {
+            match poison_hint(e).or_else(|| io_source_hint(e)) {
+                Some(h) => format!("{text}: {h}"),
+                None => format!(
+                    "{text}; rerun the command: the start-up handshake checks and repairs the home"
+                ),
+            }
+        }
         _ => text,
     };
     CliError::failure(msg)
