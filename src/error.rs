@@ -77,7 +77,8 @@ pub enum ErrorKind {
     Corrupt,
     /// The home is open elsewhere.
     Locked,
-    /// The home or a record was written by an incompatible format version.
+    /// The home or a record was written by an incompatible format version, or for another
+    /// chain (genesis mismatch).
     Incompatible,
     /// The databases' heights (or an app hash) form a shape no repair covers, or a rollback
     /// was refused.
@@ -255,6 +256,16 @@ pub enum Error {
         /// Which field disagrees.
         reason: String,
     },
+    /// The home was created for another chain: its stored genesis hash differs.
+    #[error(
+        "the home was created with genesis {stored}, not the genesis given ({given}): it belongs to another chain; use a new home"
+    )]
+    GenesisMismatch {
+        /// The genesis hash stored on the home's first open (hex).
+        stored: String,
+        /// The hash of the genesis given now (hex).
+        given: String,
+    },
     /// A rollback was refused.
     #[error("rollback refused: {0}")]
     Rollback(String),
@@ -316,7 +327,7 @@ impl Error {
             | Error::InvalidBlock { .. } => ErrorKind::InvalidInput,
             Error::NotFound { .. } => ErrorKind::NotFound,
             Error::HomeLocked { .. } => ErrorKind::Locked,
-            Error::HomeVersion { .. } => ErrorKind::Incompatible,
+            Error::HomeVersion { .. } | Error::GenesisMismatch { .. } => ErrorKind::Incompatible,
             Error::Inconsistent { .. } | Error::AppHashMismatch { .. } | Error::Rollback(_) => {
                 ErrorKind::Inconsistent
             }

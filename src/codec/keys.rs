@@ -14,6 +14,7 @@
 //! | state | `0x11` | 1 | consensus state |
 //! | state | `0x12 ‖ h` | 9 | validator set for height h (or a pointer to its last change) |
 //! | state | `0x13 ‖ h` | 9 | consensus params for height h (or a pointer) |
+//! | state | `0x14` | 1 | the genesis hash the home was created with |
 //! | app (demo) | `0x20 ‖ key` | 1+n | an application value |
 //! | app (demo) | `0x21` | 1 | the app's meta {height, app hash} |
 
@@ -39,6 +40,8 @@ pub const STATE: u8 = 0x11;
 pub const VALIDATORS: u8 = 0x12;
 /// Prefix of consensus params history keys.
 pub const PARAMS: u8 = 0x13;
+/// The genesis hash key.
+pub const GENESIS: u8 = 0x14;
 /// Prefix of demo-app data keys.
 pub const APP_DATA: u8 = 0x20;
 /// The demo app's meta key.

@@ -38,6 +38,8 @@ pub enum RecordKind {
     ValidatorsInfo = 18,
     /// Consensus-params history entry.
     ParamsInfo = 19,
+    /// The genesis hash a home was created with.
+    GenesisHash = 20,
     /// An application's meta record (height, app hash).
     AppMeta = 32,
     /// An application's data value.

@@ -53,6 +53,18 @@ pub struct Genesis {
     pub consensus_params: ConsensusParams,
 }
 
+impl Genesis {
+    /// The genesis hash: sha256 of the initial height, the validator set's hash and the
+    /// consensus params' hash. Stored on a home's first open and checked on every later one.
+    pub fn hash(&self) -> crate::types::Hash {
+        let mut bytes = Vec::with_capacity(8 + 64);
+        bytes.extend_from_slice(&self.initial_height.to_be_bytes());
+        bytes.extend_from_slice(&self.validators.hash());
+        bytes.extend_from_slice(&self.consensus_params.hash());
+        crate::types::sha256(&bytes)
+    }
+}
+
 /// How blocks are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
@@ -193,6 +205,17 @@ impl Node {
         let block_store = BlockStore::open(block_db.clone() as Arc<dyn Db>)?;
         let state_store = StateStore::open(state_db.clone() as Arc<dyn Db>);
         let (state, observed) = observe(&block_store, &state_store, &*app)?;
+        // Another chain's home is refused before anything is written or repaired.
+        match state_store.load_genesis_hash()? {
+            Some(stored) if stored != genesis.hash() => {
+                return Err(Error::GenesisMismatch {
+                    stored: crate::hex(&stored),
+                    given: crate::hex(&genesis.hash()),
+                });
+            }
+            _ => {}
+        }
+        let genesis_recorded = state_store.load_genesis_hash()?.is_some();
         let (state, case) = match state {
             None => {
                 if block_store.height() != 0 || app.durable()?.height != 0 {
@@ -221,7 +244,8 @@ impl Node {
                     genesis.consensus_params.clone(),
                     app.committed()?.app_hash,
                 );
-                state_store.save_state(&s)?;
+                // The genesis state and its hash in one synced batch.
+                state_store.save_genesis(&s, &genesis.hash())?;
                 (s, HandshakeCase::Fresh)
             }
             Some(s) => {
@@ -245,6 +269,15 @@ impl Node {
                         reason: reason.into(),
                     }
                 })?;
+                // A home created before the genesis record existed: record it now, once
+                // the shape is accepted (a refusal writes nothing).
+                if !genesis_recorded {
+                    tracing::info!(
+                        target: "flushpoint::handshake",
+                        "recording the genesis hash of a home created before the record existed"
+                    );
+                    state_store.save_genesis_hash(&genesis.hash())?;
+                }
                 (s, case)
             }
         };

@@ -121,6 +121,39 @@ impl StateStore {
         batch.put(Bytes::copy_from_slice(&k), encode(&k, &e));
     }
 
+    /// Saves the genesis `state` and the genesis hash together, in one synced batch: a home
+    /// never has one without the other.
+    pub fn save_genesis(&self, state: &State, genesis_hash: &crate::types::Hash) -> Result<()> {
+        let mut batch = Batch::new();
+        self.stage_state(&mut batch, state);
+        let k = keys::singleton(keys::GENESIS);
+        batch.put(
+            Bytes::copy_from_slice(&k),
+            encode(&k, &crate::types::GenesisHash(*genesis_hash)),
+        );
+        self.write(&batch)
+    }
+
+    /// Saves the genesis hash alone (a home created before the record existed).
+    pub fn save_genesis_hash(&self, genesis_hash: &crate::types::Hash) -> Result<()> {
+        let k = keys::singleton(keys::GENESIS);
+        let mut batch = Batch::new();
+        batch.put(
+            Bytes::copy_from_slice(&k),
+            encode(&k, &crate::types::GenesisHash(*genesis_hash)),
+        );
+        self.write(&batch)
+    }
+
+    /// The genesis hash stored on the home's first open, if any.
+    pub fn load_genesis_hash(&self) -> Result<Option<crate::types::Hash>> {
+        self.poison.check(self.name())?;
+        Ok(
+            get_record::<crate::types::GenesisHash>(&*self.db, &keys::singleton(keys::GENESIS))?
+                .map(|g| g.0),
+        )
+    }
+
     /// Saves the results of block `height` (one synced batch).
     pub fn save_results(&self, height: u64, results: &BlockResults) -> Result<()> {
         let k = height_key(keys::RESULTS, height);

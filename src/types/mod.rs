@@ -715,6 +715,20 @@ impl Record for BlockStoreState {
     }
 }
 
+/// The genesis hash a home was created with (the state store's `0x14` record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GenesisHash(pub Hash);
+
+impl Record for GenesisHash {
+    const KIND: RecordKind = RecordKind::GenesisHash;
+    fn encode_payload(&self, w: &mut Writer) {
+        w.hash(&self.0);
+    }
+    fn decode_payload(r: &mut Reader<'_>) -> Result<Self, CorruptReason> {
+        Ok(GenesisHash(r.hash()?))
+    }
+}
+
 /// A height value (the hash index's payload).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeightValue(pub u64);

@@ -161,6 +161,10 @@ impl Runner<'_> {
             .args(["--seed", &a.seed.to_string()])
             .args(["--profile", a.profile.name()])
             .args(["--flush-every", &a.flush_every.to_string()])
+            // Synchronous flush points: every marker then comes from one thread, in one
+            // order, so a seed replays the same kills. Background flush points write the same
+            // batches in the same order (ADR 0004); the power-cut suites cover them.
+            .arg("--sync-flush")
             .arg("--json")
             .env(CRASH_TEST_ENV, "1")
             .env(MARKER_GATE_ENV, "1")
