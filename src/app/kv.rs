@@ -137,6 +137,9 @@ impl Record for AppValue {
     fn encode_payload(&self, w: &mut Writer) {
         w.raw(&self.0);
     }
+    fn payload_size_hint(&self) -> usize {
+        self.0.len()
+    }
     fn decode_payload(r: &mut Reader<'_>) -> std::result::Result<Self, CorruptReason> {
         Ok(AppValue(Bytes::copy_from_slice(r.rest())))
     }

@@ -13,4 +13,6 @@
 pub mod keys;
 mod record;
 
-pub use record::{FORMAT_VERSION, Reader, RecordKind, Writer, decode_record, encode_record};
+pub use record::{
+    FORMAT_VERSION, Reader, RecordKind, Writer, decode_record, encode_record, encode_record_with,
+};

@@ -55,13 +55,27 @@ impl RecordKind {
 
 /// Frames `payload` as a record of `kind` stored under `key`.
 pub fn encode_record(key: &[u8], kind: RecordKind, payload: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(payload.len() + FRAME_BYTES);
-    out.put_u8(FORMAT_VERSION);
-    out.put_u8(kind.tag());
-    out.put_slice(payload);
-    let crc = checksum(key, &out);
-    out.put_u32(crc);
-    out.freeze()
+    encode_record_with(key, kind, payload.len(), |w| {
+        w.raw(payload);
+    })
+}
+
+/// Frames the payload `write_payload` appends as a record of `kind` stored under `key`,
+/// in one buffer: no payload is built apart and copied into its frame. `payload_hint` is
+/// the payload's expected length (a capacity hint: a wrong one costs a reallocation, never
+/// a different encoding). The bytes are exactly those of [`encode_record`].
+pub fn encode_record_with(
+    key: &[u8],
+    kind: RecordKind,
+    payload_hint: usize,
+    write_payload: impl FnOnce(&mut Writer),
+) -> Bytes {
+    let mut w = Writer::with_capacity(payload_hint + FRAME_BYTES);
+    w.u8(FORMAT_VERSION).u8(kind.tag());
+    write_payload(&mut w);
+    let crc = checksum(key, w.as_slice());
+    w.u32(crc);
+    w.finish()
 }
 
 /// Checks a record's framing and returns its payload.

@@ -71,6 +71,14 @@ impl Batch {
     pub fn new() -> Self {
         Self::default()
     }
+
+    /// An empty batch with room for `ops` operations.
+    pub fn with_capacity(ops: usize) -> Self {
+        Batch {
+            ops: Vec::with_capacity(ops),
+            byte_size: 0,
+        }
+    }
     /// Adds a put.
     pub fn put(&mut self, key: impl Into<Bytes>, value: impl Into<Bytes>) -> &mut Self {
         self.push(Op::Put(key.into(), value.into()))

@@ -14,7 +14,8 @@
 //! Reads see the overlay, then the frozen window, then the disk; durable reads see the disk.
 //! Invariant: this module decides nothing about *when* to flush (that is `deferred`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
@@ -32,14 +33,54 @@ pub struct HeldWrite {
     pub bytes: u64,
 }
 
+/// One window of held writes.
+///
+/// Hashed, not ordered: a held write or point read is one hash probe, where an ordered map
+/// walks a B-tree of up to [`crate::FLUSH_BYTES_MAX`] of keys (several cache misses and key
+/// comparisons per write, on the block loop's thread). Key order — for ranges and for
+/// writing the window in key order — is built on demand by [`KeyOrder`].
 #[derive(Debug, Default)]
 struct Overlay {
-    /// key → Some(value) for a held put, None for a held delete. Ordered, for ranges.
-    map: BTreeMap<Bytes, Option<Bytes>>,
-    /// The same entries hashed, for point reads (a B-tree walk over 64 MiB of keys costs
-    /// several cache misses; a hash probe about one). Invariant: same content as `map`.
-    index: HashMap<Bytes, Option<Bytes>>,
+    /// key → Some(value) for a held put, None for a held delete.
+    map: HashMap<Bytes, Option<Bytes>>,
+    /// The same keys in order, settled on demand. Invariant: `sorted ∪ added` is exactly
+    /// the key set of `map`, without duplicates.
+    order: Mutex<KeyOrder>,
     held_bytes: u64,
+}
+
+/// The keys of an overlay in order: `sorted` as of the last range or flush, `added` the
+/// keys inserted since. Settling sorts `added` alone and merges it in (linear in the keys),
+/// so ranges between writes do not re-sort the window.
+#[derive(Debug, Default, Clone)]
+struct KeyOrder {
+    sorted: Vec<Bytes>,
+    added: Vec<Bytes>,
+}
+
+impl KeyOrder {
+    /// Merges `added` into `sorted`; returns the ordered keys.
+    fn settle(&mut self) -> &[Bytes] {
+        if !self.added.is_empty() {
+            let mut added = std::mem::take(&mut self.added);
+            added.sort_unstable();
+            if self.sorted.is_empty() {
+                self.sorted = added;
+            } else {
+                let old = std::mem::take(&mut self.sorted);
+                let mut merged = Vec::with_capacity(old.len() + added.len());
+                let (mut a, mut b) = (old.into_iter().peekable(), added.into_iter().peekable());
+                while let (Some(x), Some(y)) = (a.peek(), b.peek()) {
+                    // No key is in both: `added` holds only keys new to the map.
+                    merged.push(if x < y { a.next() } else { b.next() }.expect("peeked"));
+                }
+                merged.extend(a);
+                merged.extend(b);
+                self.sorted = merged;
+            }
+        }
+        &self.sorted
+    }
 }
 
 fn entry_bytes(k: &Bytes, v: &Option<Bytes>) -> u64 {
@@ -47,17 +88,49 @@ fn entry_bytes(k: &Bytes, v: &Option<Bytes>) -> u64 {
 }
 
 impl Overlay {
+    /// An empty overlay with room for `keys` keys (the previous window's count: a window
+    /// grows to about the same size, so it is not rehashed on the block loop's thread).
+    fn with_capacity(keys: usize) -> Overlay {
+        Overlay {
+            map: HashMap::with_capacity(keys),
+            order: Mutex::new(KeyOrder::default()),
+            held_bytes: 0,
+        }
+    }
+
     fn apply(&mut self, op: &Op) {
         let (k, v) = match op {
             Op::Put(k, v) => (k.clone(), Some(v.clone())),
             Op::Delete(k) => (k.clone(), None),
         };
         let add = entry_bytes(&k, &v);
-        self.index.insert(k.clone(), v.clone());
-        if let Some(old) = self.map.insert(k.clone(), v) {
-            self.held_bytes -= entry_bytes(&k, &old);
+        match self.map.insert(k.clone(), v) {
+            Some(old) => self.held_bytes -= entry_bytes(&k, &old),
+            None => self.order.get_mut().expect("order lock").added.push(k),
         }
         self.held_bytes += add;
+    }
+
+    /// The entries as one batch, in key order.
+    fn to_batch(&self) -> Batch {
+        let mut order = self.order.lock().expect("order lock");
+        let keys = order.settle();
+        let mut batch = Batch::with_capacity(keys.len());
+        for k in keys {
+            match &self.map[k] {
+                Some(v) => batch.push(Op::Put(k.clone(), v.clone())),
+                None => batch.push(Op::Delete(k.clone())),
+            };
+        }
+        batch
+    }
+
+    fn duplicate(&self) -> Overlay {
+        Overlay {
+            map: self.map.clone(),
+            order: Mutex::new(self.order.lock().expect("order lock").clone()),
+            held_bytes: self.held_bytes,
+        }
     }
 }
 
@@ -174,11 +247,7 @@ impl<D: Db> HoldingDb<D> {
         let Some(window) = h.frozen.take() else {
             return;
         };
-        let window = Arc::try_unwrap(window).unwrap_or_else(|shared| Overlay {
-            map: shared.map.clone(),
-            index: shared.index.clone(),
-            held_bytes: shared.held_bytes,
-        });
+        let window = Arc::try_unwrap(window).unwrap_or_else(|shared| shared.duplicate());
         let newer = std::mem::replace(&mut h.active, window);
         for (k, v) in newer.map {
             let op = match v {
@@ -209,7 +278,8 @@ impl<D: Db> HoldingDb<D> {
         if h.active.map.is_empty() {
             return Ok(HeldWrite::default());
         }
-        let window = std::mem::take(&mut h.active);
+        let keys = h.active.map.len();
+        let window = std::mem::replace(&mut h.active, Overlay::with_capacity(keys));
         let frozen = HeldWrite {
             ops: window.map.len() as u64,
             bytes: window.held_bytes,
@@ -229,13 +299,9 @@ impl<D: Db> HoldingDb<D> {
         let Some(window) = self.held.read().expect("held lock").frozen.clone() else {
             return Ok(HeldWrite::default());
         };
-        let mut batch = Batch::new();
-        for (k, v) in &window.map {
-            match v {
-                Some(v) => batch.push(Op::Put(k.clone(), v.clone())),
-                None => batch.push(Op::Delete(k.clone())),
-            };
-        }
+        // In key order: the B-tree beneath takes sorted inserts fastest, and a range over
+        // the frozen window later finds the order settled.
+        let batch = window.to_batch();
         if let Err(e) = self.inner.write(&batch, Durability::Synced) {
             self.poison.set(&e);
             return Err(e);
@@ -268,10 +334,24 @@ fn held_range(o: &Overlay, range: &KeyRange, direction: Direction) -> Vec<(Bytes
     if o.map.is_empty() {
         return Vec::new();
     }
-    let it = o.map.range::<[u8], _>(range.as_ref_bounds());
+    let mut order = o.order.lock().expect("order lock");
+    let keys = order.settle();
+    let (start, end) = range.as_ref_bounds();
+    let lo = match start {
+        Bound::Included(s) => keys.partition_point(|k| k.as_ref() < s),
+        Bound::Excluded(s) => keys.partition_point(|k| k.as_ref() <= s),
+        Bound::Unbounded => 0,
+    };
+    let hi = match end {
+        Bound::Included(e) => keys.partition_point(|k| k.as_ref() <= e),
+        Bound::Excluded(e) => keys.partition_point(|k| k.as_ref() < e),
+        Bound::Unbounded => keys.len(),
+    };
+    let slice = &keys[lo..hi.max(lo)];
+    let entry = |k: &Bytes| (k.clone(), o.map[k].clone());
     match direction {
-        Direction::Forward => it.map(|(k, v)| (k.clone(), v.clone())).collect(),
-        Direction::Reverse => it.rev().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        Direction::Forward => slice.iter().map(entry).collect(),
+        Direction::Reverse => slice.iter().rev().map(entry).collect(),
     }
 }
 
@@ -317,10 +397,10 @@ impl<D: Db> Db for HoldingDb<D> {
         self.poison.check(self.inner.name())?;
         {
             let h = self.held.read().expect("held lock");
-            if let Some(v) = h.active.index.get(key) {
+            if let Some(v) = h.active.map.get(key) {
                 return Ok(v.clone());
             }
-            if let Some(v) = h.frozen.as_ref().and_then(|f| f.index.get(key)) {
+            if let Some(v) = h.frozen.as_ref().and_then(|f| f.map.get(key)) {
                 return Ok(v.clone());
             }
         }

@@ -457,6 +457,14 @@ impl Node {
     /// saves the state — in that order (results before the app commits; state after).
     fn apply(&mut self, block: &Block) -> Result<Vec<Event>> {
         self.validate(block)?;
+        self.apply_validated(block)
+    }
+
+    /// [`Node::apply`] for a block [`Node::save_checked`] has just validated against this
+    /// same state (the state changes only in `apply_validated`, after the check): the data
+    /// hash over every transaction is not computed twice per block.
+    fn apply_validated(&mut self, block: &Block) -> Result<Vec<Event>> {
+        debug_assert!(self.validate(block).is_ok(), "invariant: validated block");
         let h = block.height();
         let results = self.app.execute_block(block)?;
         // The results must be saved before the app commits: a crash after the commit rebuilds
@@ -541,7 +549,7 @@ impl Node {
         }
         let done = self.finish_in_flight(false)?;
         self.save_checked(block, parts, seen_commit)?;
-        let r = self.apply(block);
+        let r = self.apply_validated(block);
         let events = self.poisoned(r)?;
         self.deferred.held_events.push(events);
         let held = self.held_bytes();
@@ -860,7 +868,7 @@ impl Node {
             let r = self.block_db.write(&b, Durability::Synced);
             self.poisoned(r)?;
         }
-        let r = self.apply(block);
+        let r = self.apply_validated(block);
         let events = self.poisoned(r)?;
         for e in &events {
             self.sink.fire(e);

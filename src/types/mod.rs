@@ -21,6 +21,10 @@ pub fn sha256(data: &[u8]) -> Hash {
     Sha256::digest(data).into()
 }
 
+/// The default payload capacity hint: above every fixed-size record's payload (the largest,
+/// a state without its validator sets, is under 200 bytes).
+const SMALL_PAYLOAD_HINT_BYTES: usize = 256;
+
 /// A record type: its kind tag and payload codec.
 pub trait Record: Sized {
     /// The kind tag stored in the frame.
@@ -32,9 +36,14 @@ pub trait Record: Sized {
 
     /// The payload bytes.
     fn to_payload(&self) -> Bytes {
-        let mut w = Writer::new();
+        let mut w = Writer::with_capacity(self.payload_size_hint());
         self.encode_payload(&mut w);
         w.finish()
+    }
+    /// The payload's expected length in bytes: a capacity hint for encoding (a wrong hint
+    /// costs a reallocation, never a different encoding). The default suits small records.
+    fn payload_size_hint(&self) -> usize {
+        SMALL_PAYLOAD_HINT_BYTES
     }
     /// Decodes a whole payload, rejecting trailing bytes.
     fn from_payload(bytes: &[u8]) -> Result<Self, CorruptReason> {
@@ -116,6 +125,9 @@ pub struct Commit {
 
 impl Record for Commit {
     const KIND: RecordKind = RecordKind::Commit;
+    fn payload_size_hint(&self) -> usize {
+        64 + self.signatures.iter().map(|s| 4 + s.len()).sum::<usize>()
+    }
     fn encode_payload(&self, w: &mut Writer) {
         w.u64(self.height).u32(self.round).hash(&self.block_hash);
         w.u32(self.signatures.len() as u32);
@@ -289,6 +301,10 @@ pub struct BlockMeta {
 
 impl Record for BlockMeta {
     const KIND: RecordKind = RecordKind::BlockMeta;
+    fn payload_size_hint(&self) -> usize {
+        // The block hash, a header of about a dozen hashes and numbers, the part fields.
+        1024
+    }
     fn encode_payload(&self, w: &mut Writer) {
         w.hash(&self.block_hash);
         self.header.encode(w);
@@ -468,6 +484,14 @@ impl BlockResults {
 
 impl Record for BlockResults {
     const KIND: RecordKind = RecordKind::BlockResults;
+    fn payload_size_hint(&self) -> usize {
+        SMALL_PAYLOAD_HINT_BYTES
+            + self
+                .tx_results
+                .iter()
+                .map(|t| 8 + t.data.len())
+                .sum::<usize>()
+    }
     fn encode_payload(&self, w: &mut Writer) {
         w.u32(self.tx_results.len() as u32);
         for t in &self.tx_results {
@@ -752,6 +776,9 @@ impl Record for PartRecord {
     fn encode_payload(&self, w: &mut Writer) {
         w.raw(&self.0);
     }
+    fn payload_size_hint(&self) -> usize {
+        self.0.len()
+    }
     fn decode_payload(r: &mut Reader<'_>) -> Result<Self, CorruptReason> {
         Ok(PartRecord(Bytes::copy_from_slice(r.rest())))
     }
@@ -759,7 +786,9 @@ impl Record for PartRecord {
 
 /// Encodes a record stored under `key`.
 pub fn encode<T: Record>(key: &[u8], value: &T) -> Bytes {
-    crate::codec::encode_record(key, T::KIND, &value.to_payload())
+    crate::codec::encode_record_with(key, T::KIND, value.payload_size_hint(), |w| {
+        value.encode_payload(w)
+    })
 }
 
 /// Decodes a record stored under `key`.
