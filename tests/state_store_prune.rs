@@ -118,6 +118,18 @@ enum Got<T> {
     Failed(String),
 }
 
+impl<T: std::fmt::Debug> Got<T> {
+    /// A one-line description (values cut to 80 characters), for failure messages.
+    fn brief(&self) -> String {
+        match self {
+            Got::Value(Some(v)) => format!("{v:?}").chars().take(80).collect(),
+            Got::Value(None) => "none".into(),
+            Got::Pruned { what, height, base } => format!("pruned ({what}, {height}, {base})"),
+            Got::Failed(e) => format!("error ({e})"),
+        }
+    }
+}
+
 fn got<T>(r: flushpoint::Result<Option<T>>) -> Got<T> {
     match r {
         Ok(v) => Got::Value(v),
@@ -205,9 +217,21 @@ fn check_cut_state(
             was.clone()
         };
         if *got != want {
-            return Err(format!(
-                "height {h} (base {base}): loads {got:?}, expected {want:?}"
-            ));
+            let fields = [
+                ("results", got.results.brief(), want.results.brief()),
+                (
+                    "validators",
+                    got.validators.brief(),
+                    want.validators.brief(),
+                ),
+                ("params", got.params.brief(), want.params.brief()),
+            ];
+            let diff: Vec<String> = fields
+                .iter()
+                .filter(|(_, g, w)| g != w)
+                .map(|(f, g, w)| format!("{f}: {g}, expected {w}"))
+                .collect();
+            return Err(format!("height {h} (base {base}): {}", diff.join("; ")));
         }
     }
     Ok(())
@@ -299,7 +323,15 @@ fn prune_with_cuts(map: &Map, retain: u64, label: &str, tally: &mut Tally) -> Ma
     let before = snapshot(&store);
     let old_base = store.base().unwrap();
     let (r, batches, done) = recorded_prune(map, retain);
-    let written = r.unwrap_or_else(|e| panic!("{label}: prune {retain}: {e}"));
+    let written = match r {
+        Ok(w) => w,
+        Err(e) => {
+            tally
+                .failures
+                .push(format!("{label}: uncut prune to {retain}: {e}"));
+            return done;
+        }
+    };
     assert_eq!(written as usize, batches.len(), "{label}: batches reported");
     for (s, what) in [
         (check_nothing_left_below(&done, retain), "raw"),
@@ -431,7 +463,7 @@ fn power_cut_at_every_prune_write_keeps_retained_loads_and_rerun_finishes() {
     assert!(
         tally.failures.is_empty(),
         "{}",
-        tally.failures[..tally.failures.len().min(20)].join("\n")
+        tally.failures[..tally.failures.len().min(5)].join("\n")
     );
     // The long chains need up to three deletion batches: cuts fell between deletions.
     assert!(last > 2 * STATE_PRUNE_BATCH_HEIGHTS);
