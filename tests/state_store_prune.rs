@@ -613,3 +613,57 @@ fn the_checks_reject_wrong_stores() {
     db.write(&b, Durability::Synced).unwrap();
     assert_eq!(apply(&Map::new(), &[b], 1), all(&db));
 }
+
+#[test]
+fn a_corrupt_base_record_is_reported_never_taken_as_a_base() {
+    let mem = build_chain(1, 30, &Schedule::Fixed);
+    let store = StateStore::open(mem.clone());
+    store.prune(10).unwrap();
+    let k = keys::singleton(keys::STATE_STORE_BASE);
+    let good = mem.get(&k).unwrap().expect("the base record");
+    // A flipped bit, and an intact record holding base 0 (outside the domain).
+    let mut flipped = good.to_vec();
+    flipped[3] ^= 0x01;
+    let zero = flushpoint::encode(&k, &flushpoint::StateStoreBase { base: 0 });
+    for bad in [Bytes::from(flipped), zero] {
+        let mut b = Batch::new();
+        b.put(Bytes::copy_from_slice(&k), bad);
+        mem.write(&b, Durability::Synced).unwrap();
+        for e in [
+            store.load_results(20).unwrap_err(),
+            store.load_validators(20).unwrap_err(),
+            store.prune(20).unwrap_err(),
+        ] {
+            match e {
+                Error::Corrupt { ref key, .. } => assert_eq!(key, &k.to_vec(), "{e}"),
+                other => panic!("expected Corrupt naming the base key, got {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn prune_on_redb_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.redb");
+    let map = all(&*build_chain(1, 1200, &Schedule::Fixed));
+    let options = flushpoint::RedbOptions::default();
+    let before;
+    {
+        let db = Arc::new(flushpoint::RedbDb::open(&path, "state", &options).unwrap());
+        let mut b = Batch::new();
+        for (k, v) in &map {
+            b.put(k.clone(), v.clone());
+        }
+        db.write(&b, Durability::Synced).unwrap();
+        let store = StateStore::open(db);
+        before = snapshot(&store);
+        let report = store.prune(1100).unwrap();
+        assert_eq!(report.batches, 3, "the base and two deletion batches");
+    }
+    let db = Arc::new(flushpoint::RedbDb::open(&path, "state", &options).unwrap());
+    let store = StateStore::open(db.clone());
+    assert_eq!(check_cut_state(&store, &before, 0, 1100), Ok(()));
+    assert_eq!(store.base().unwrap(), 1100);
+    assert_eq!(check_nothing_left_below(&all(&*db), 1100), Ok(()));
+}
