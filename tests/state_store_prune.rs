@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use flushpoint::codec::keys;
-use flushpoint::testing::{RecordingDb, WriteLog};
+use flushpoint::testing::{FailAfter, FailingDb, RecordingDb, WriteLog};
 use flushpoint::{
     Batch, BlockResults, ConsensusParams, Db, Direction, Durability, Error, ErrorKind,
     HISTORY_CHECKPOINT_INTERVAL, KeyRange, MemoryDb, Op, STATE_PRUNE_BATCH_HEIGHTS, State,
@@ -666,4 +666,110 @@ fn prune_on_redb_survives_reopen() {
     assert_eq!(check_cut_state(&store, &before, 0, 1100), Ok(()));
     assert_eq!(store.base().unwrap(), 1100);
     assert_eq!(check_nothing_left_below(&all(&*db), 1100), Ok(()));
+}
+
+#[test]
+fn a_failed_prune_write_poisons_the_store_and_a_restart_finishes_the_prune() {
+    let map = all(&*build_chain(1, 2300, &Schedule::Fixed));
+    let before = snapshot(&StateStore::open(Arc::new(MemoryDb::from_map(
+        "state",
+        map.clone(),
+    ))));
+    let (r, batches, done) = recorded_prune(&map, 2100);
+    r.unwrap();
+    assert_eq!(batches.len(), 4, "the base and three deletion batches");
+    for k in 0..batches.len() as u64 {
+        let failing = Arc::new(FailingDb::new(
+            MemoryDb::from_map("state", map.clone()),
+            FailAfter::new(k),
+        ));
+        let store = StateStore::open(failing.clone());
+        let e = store.prune(2100).expect_err("a write fails");
+        assert_eq!(failing.failures(), 1, "write {k}: the fault fired once");
+        assert_eq!(e.kind(), ErrorKind::Io, "{e}");
+        assert!(store.is_poisoned());
+        let later = store.load_results(2200).unwrap_err();
+        assert_eq!(later.kind(), ErrorKind::Poisoned, "{later}");
+        // Restart over what reached the disk.
+        let disk = all(failing.inner());
+        assert_eq!(disk, apply(&map, &batches, k as usize), "write {k}");
+        let store = StateStore::open(Arc::new(MemoryDb::from_map("state", disk.clone())));
+        assert_eq!(
+            check_cut_state(&store, &before, 0, 2100),
+            Ok(()),
+            "write {k}"
+        );
+        let (r, _, finished) = recorded_prune(&disk, 2100);
+        r.unwrap();
+        assert!(finished == done, "write {k}: the rerun finishes the prune");
+    }
+}
+
+/// The embedder's path: `Node::state_store().prune(r)`, during block sync (the prune joins
+/// the held window and is durable at the next flush point) and in consensus (synced batches
+/// of its own); a restart's handshake finds the store consistent and the base kept.
+#[test]
+fn prune_through_the_node_in_block_sync_and_consensus_survives_restart() {
+    use flushpoint::{ChainSpec, FlushPolicy, HandshakeCase, HoldingDb, KvApp, NoEvents, Node};
+    use std::time::{Duration, Instant};
+    let spec = ChainSpec::new(11, flushpoint::Profile::Light);
+    let bs = Arc::new(MemoryDb::new("block store"));
+    let st = Arc::new(MemoryDb::new("state"));
+    let app_db = Arc::new(MemoryDb::new("app"));
+    let open = || {
+        let app = KvApp::open(Arc::new(HoldingDb::new(app_db.clone() as Arc<dyn Db>))).unwrap();
+        Node::open(
+            bs.clone(),
+            st.clone(),
+            Box::new(app),
+            &spec.genesis(),
+            Box::new(NoEvents),
+        )
+        .unwrap()
+    };
+    let base_key = keys::singleton(keys::STATE_STORE_BASE);
+    let (mut node, _) = open();
+    let policy = FlushPolicy {
+        window_blocks_max: Some(4),
+        interval: Duration::from_secs(3600),
+        background: false,
+        ..FlushPolicy::default()
+    };
+    node.start_block_sync(policy, Instant::now()).unwrap();
+    for _ in 0..5 {
+        let (b, p, c) = spec.next_block(node.state());
+        node.sync_block(&b, &p, &c, Instant::now()).unwrap();
+    }
+    assert_eq!(node.durable_height(), 4);
+    node.state_store().prune(3).unwrap();
+    assert_eq!(
+        node.state_store().base().unwrap(),
+        3,
+        "held writes are read"
+    );
+    assert!(st.get(&base_key).unwrap().is_none(), "held until the flush");
+    for _ in 0..3 {
+        let (b, p, c) = spec.next_block(node.state());
+        node.sync_block(&b, &p, &c, Instant::now()).unwrap();
+    }
+    assert_eq!(node.durable_height(), 8);
+    assert!(st.get(&base_key).unwrap().is_some(), "durable at the flush");
+    node.switch_to_consensus(Instant::now()).unwrap();
+    for _ in 0..6 {
+        let (b, p, c) = spec.next_block(node.state());
+        node.commit_block(&b, &p, &c).unwrap();
+    }
+    let before = snapshot(node.state_store());
+    let report = node.state_store().prune(10).unwrap();
+    assert_eq!((report.base, report.batches), (10, 2), "{report:?}");
+    assert_eq!(check_cut_state(node.state_store(), &before, 3, 10), Ok(()));
+    node.stop(Instant::now()).unwrap();
+    let (mut node, report) = open();
+    assert_eq!(report.case, HandshakeCase::Consistent);
+    assert_eq!(node.state_store().base().unwrap(), 10);
+    assert_eq!(check_cut_state(node.state_store(), &before, 3, 10), Ok(()));
+    assert_eq!(check_nothing_left_below(&all(&*st), 10), Ok(()));
+    let (b, p, c) = spec.next_block(node.state());
+    node.commit_block(&b, &p, &c).unwrap();
+    assert_eq!(node.height(), 15);
 }
