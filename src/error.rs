@@ -269,6 +269,34 @@ pub enum Error {
     /// A rollback was refused.
     #[error("rollback refused: {0}")]
     Rollback(String),
+    /// A load asked for a height the state store pruned.
+    #[error(
+        "database {db}: {what} of height {height} is pruned (the store keeps heights from {base} on)"
+    )]
+    Pruned {
+        /// The database involved.
+        db: String,
+        /// What was asked for (`"results"`, `"validators"`, `"consensus params"`).
+        what: &'static str,
+        /// The height asked for.
+        height: u64,
+        /// The store's base: the lowest height it still answers for.
+        base: u64,
+    },
+    /// A prune was asked with a retain height the store cannot take; nothing was written.
+    #[error(
+        "database {db}: cannot prune to retain height {retain_height}: it must be at least 1, at least the base {base} and at most the state height {state_height}; nothing was written"
+    )]
+    InvalidRetainHeight {
+        /// The database involved.
+        db: String,
+        /// The retain height asked for.
+        retain_height: u64,
+        /// The store's current base (0: nothing pruned yet).
+        base: u64,
+        /// The saved state's height.
+        state_height: u64,
+    },
 }
 
 impl Error {
@@ -324,8 +352,9 @@ impl Error {
             | Error::IncompletePartSet { .. }
             | Error::PartSetMismatch { .. }
             | Error::InvalidInput(_)
-            | Error::InvalidBlock { .. } => ErrorKind::InvalidInput,
-            Error::NotFound { .. } => ErrorKind::NotFound,
+            | Error::InvalidBlock { .. }
+            | Error::InvalidRetainHeight { .. } => ErrorKind::InvalidInput,
+            Error::NotFound { .. } | Error::Pruned { .. } => ErrorKind::NotFound,
             Error::HomeLocked { .. } => ErrorKind::Locked,
             Error::HomeVersion { .. } | Error::GenesisMismatch { .. } => ErrorKind::Incompatible,
             Error::Inconsistent { .. } | Error::AppHashMismatch { .. } | Error::Rollback(_) => {

@@ -44,5 +44,8 @@ pub use node::{
     FlushPolicy, FlushReport, FlushTrigger, Genesis, HandshakeCase, HandshakeReport, Mode,
     NoEvents, Node, NodeDb, Observed, classify, observe,
 };
-pub use store::{BlockStore, HISTORY_CHECKPOINT_INTERVAL, PRUNE_BATCH_BLOCKS, StateStore};
+pub use store::{
+    BlockStore, HISTORY_CHECKPOINT_INTERVAL, PRUNE_BATCH_BLOCKS, STATE_PRUNE_BATCH_HEIGHTS,
+    StatePruneReport, StateStore,
+};
 pub use types::*;

@@ -15,6 +15,7 @@
 //! | state | `0x12 ‖ h` | 9 | validator set for height h (or a pointer to its last change) |
 //! | state | `0x13 ‖ h` | 9 | consensus params for height h (or a pointer) |
 //! | state | `0x14` | 1 | the genesis hash the home was created with |
+//! | state | `0x15` | 1 | the state store's base (heights below it are pruned) |
 //! | app (demo) | `0x20 ‖ key` | 1+n | an application value |
 //! | app (demo) | `0x21` | 1 | the app's meta {height, app hash} |
 
@@ -42,6 +43,8 @@ pub const VALIDATORS: u8 = 0x12;
 pub const PARAMS: u8 = 0x13;
 /// The genesis hash key.
 pub const GENESIS: u8 = 0x14;
+/// The state store's base key (pruned below this height).
+pub const STATE_STORE_BASE: u8 = 0x15;
 /// Prefix of demo-app data keys.
 pub const APP_DATA: u8 = 0x20;
 /// The demo app's meta key.

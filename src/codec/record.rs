@@ -40,6 +40,8 @@ pub enum RecordKind {
     ParamsInfo = 19,
     /// The genesis hash a home was created with.
     GenesisHash = 20,
+    /// The state store's base: heights below it are pruned.
+    StateStoreBase = 21,
     /// An application's meta record (height, app hash).
     AppMeta = 32,
     /// An application's data value.

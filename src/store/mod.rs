@@ -7,7 +7,9 @@ mod block_store;
 mod state_store;
 
 pub use block_store::{BlockStore, PRUNE_BATCH_BLOCKS};
-pub use state_store::{HISTORY_CHECKPOINT_INTERVAL, StateStore};
+pub use state_store::{
+    HISTORY_CHECKPOINT_INTERVAL, STATE_PRUNE_BATCH_HEIGHTS, StatePruneReport, StateStore,
+};
 
 use crate::codec::keys;
 use crate::db::Db;

@@ -6,6 +6,15 @@
 //! Invariant: a history entry for height h holds the value when it changed at h or h is a
 //! checkpoint; otherwise it names the height where the value is stored. Loading walks back
 //! at most one step.
+//! Invariant: heights below the base (the `0x15` record; absent: 0) are pruned: every load
+//! of one returns `Error::Pruned` without reading it. Results and history at or above the
+//! base are never deleted by a prune, nor is the one validator entry and the one params
+//! entry below the base that the entry at the base points at (so every load at or above
+//! the base answers what it answered before the prune).
+//! Invariant: a prune writes the base first, in its own synced batch, then deletes below it
+//! in synced batches of at most [`STATE_PRUNE_BATCH_HEIGHTS`] heights: a crash after any
+//! batch leaves a store whose loads are those of the finished prune; records left below
+//! the base are removed by the next prune (to the same height or higher).
 
 use std::sync::Arc;
 
@@ -13,16 +22,48 @@ use bytes::Bytes;
 
 use super::{Poison, get_record};
 use crate::codec::keys::{self, height_key};
-use crate::db::{Batch, Db, Durability};
+use crate::db::{Batch, Db, Direction, Durability, KeyRange};
 use crate::error::{CorruptReason, Error, Result};
 use crate::types::{
-    BlockResults, ConsensusParams, HistoryEntry, Record, State, ValidatorSet, encode,
+    BlockResults, ConsensusParams, HistoryEntry, Record, State, StateStoreBase, ValidatorSet,
+    encode,
 };
 
 /// Every this many heights the full validator set and params are stored even if unchanged.
 /// Why: bounds how far back an entry can point, so pruning below a checkpoint never strands
 /// a pointer, and a lookup reads at most two records.
 pub const HISTORY_CHECKPOINT_INTERVAL: u64 = 1_000;
+
+/// Heights whose records one synced batch of [`StateStore::prune`] deletes. Why this bound:
+/// a height holds at most three keys here (results, validators, params), so a batch deletes
+/// at most 3 072 keys of 9 bytes (~28 KiB of keys; values are not read) and one prune call
+/// cannot hold the writer for long, while a prune of a million heights costs ~1 000 fsyncs.
+pub const STATE_PRUNE_BATCH_HEIGHTS: u64 = 1_024;
+
+const _: () = assert!(
+    STATE_PRUNE_BATCH_HEIGHTS >= 1,
+    "a prune batch must make progress"
+);
+
+/// What [`StateStore::prune`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct StatePruneReport {
+    /// The store's base after the prune (= the retain height).
+    pub base: u64,
+    /// Records deleted (results, validator and params history entries).
+    pub deleted: u64,
+    /// Synced batches written (the base write included; 0 when there was nothing to do).
+    pub batches: u64,
+}
+
+/// The height whose entry holds the value a pointer entry at `height` (in force since
+/// `changed_at`) names: the last change, or a later checkpoint. Shared by loads and prune,
+/// so prune keeps exactly what loads read.
+fn stored_at(changed_at: u64, height: u64) -> u64 {
+    let checkpoint = height / HISTORY_CHECKPOINT_INTERVAL * HISTORY_CHECKPOINT_INTERVAL;
+    changed_at.max(checkpoint)
+}
 
 /// The state store over any [`Db`].
 #[derive(Debug)]
@@ -162,10 +203,35 @@ impl StateStore {
         self.write(&batch)
     }
 
-    /// The results of block `height`.
+    /// The results of block `height`; `Err(Error::Pruned)` below the base.
     pub fn load_results(&self, height: u64) -> Result<Option<BlockResults>> {
         self.poison.check(self.name())?;
+        self.check_not_pruned("results", height)?;
         get_record(&*self.db, &height_key(keys::RESULTS, height))
+    }
+
+    /// The store's base: the lowest height whose results and history it answers for
+    /// (0 when nothing was ever pruned).
+    pub fn base(&self) -> Result<u64> {
+        self.poison.check(self.name())?;
+        Ok(
+            get_record::<StateStoreBase>(&*self.db, &keys::singleton(keys::STATE_STORE_BASE))?
+                .map_or(0, |b| b.base),
+        )
+    }
+
+    /// `Err(Error::Pruned)` when `height` is below the base.
+    fn check_not_pruned(&self, what: &'static str, height: u64) -> Result<()> {
+        let base = self.base()?;
+        if height < base {
+            return Err(Error::Pruned {
+                db: self.name().to_string(),
+                what,
+                height,
+                base,
+            });
+        }
+        Ok(())
     }
 
     fn load_history<T>(&self, prefix: u8, height: u64) -> Result<Option<(u64, T)>>
@@ -173,6 +239,12 @@ impl StateStore {
         HistoryEntry<T>: Record,
     {
         self.poison.check(self.name())?;
+        let what = if prefix == keys::VALIDATORS {
+            "validators"
+        } else {
+            "consensus params"
+        };
+        self.check_not_pruned(what, height)?;
         let k = height_key(prefix, height);
         let Some(entry) = get_record::<HistoryEntry<T>>(&*self.db, &k)? else {
             return Ok(None);
@@ -181,8 +253,7 @@ impl StateStore {
             return Ok(Some((entry.changed_at, v)));
         }
         // Walk back to where the value is stored: the last change, or a later checkpoint.
-        let checkpoint = height / HISTORY_CHECKPOINT_INTERVAL * HISTORY_CHECKPOINT_INTERVAL;
-        let at = entry.changed_at.max(checkpoint);
+        let at = stored_at(entry.changed_at, height);
         let k2 = height_key(prefix, at);
         match get_record::<HistoryEntry<T>>(&*self.db, &k2)? {
             Some(HistoryEntry { value: Some(v), .. }) if at < height => {
@@ -199,20 +270,29 @@ impl StateStore {
         }
     }
 
-    /// The validator set in force at `height`, with the height it changed at.
+    /// The validator set in force at `height`, with the height it changed at;
+    /// `Err(Error::Pruned)` below the base.
     pub fn load_validators(&self, height: u64) -> Result<Option<(u64, ValidatorSet)>> {
         self.load_history(keys::VALIDATORS, height)
     }
 
-    /// The consensus params in force at `height`, with the height they changed at.
+    /// The consensus params in force at `height`, with the height they changed at;
+    /// `Err(Error::Pruned)` below the base.
     pub fn load_consensus_params(&self, height: u64) -> Result<Option<(u64, ConsensusParams)>> {
         self.load_history(keys::PARAMS, height)
     }
 
     /// Removes the history and results above `height` and saves `state` (which must be at
-    /// `height`), in one synced batch. Used by rollback.
+    /// `height`), in one synced batch. Used by rollback. Refused (`Error::Rollback`, nothing
+    /// written) when the state's next height is below the base: its history would be pruned.
     pub fn rollback_to(&self, state: &State, old_height: u64) -> Result<()> {
         let h = state.last_block_height;
+        let base = self.base()?;
+        if h.saturating_add(1) < base {
+            return Err(Error::Rollback(format!(
+                "cannot roll the state back to {h}: the state store is pruned below {base}"
+            )));
+        }
         let mut batch = Batch::new();
         for x in h + 1..=old_height {
             batch.delete(Bytes::copy_from_slice(&height_key(keys::RESULTS, x)));
@@ -223,5 +303,155 @@ impl StateStore {
         }
         self.stage_state(&mut batch, state);
         self.write(&batch)
+    }
+
+    /// Removes the results, validator-set and consensus-params history of every height below
+    /// `retain_height`, keeping what loads at `retain_height` and above read: afterwards every
+    /// load at or above `retain_height` answers exactly what it answered before, and every
+    /// load below it returns `Error::Pruned`. The embedder chooses `retain_height` (e.g. the
+    /// lowest height its evidence handling still needs validator sets for); a node reaches
+    /// this through [`crate::Node::state_store`].
+    ///
+    /// Below `retain_height` one validator entry and one params entry may stay: the ones the
+    /// entry at `retain_height` points at (its last change, or the checkpoint before it).
+    /// They are no longer loadable by height and go with a later prune past the next change
+    /// or checkpoint.
+    ///
+    /// Order: the base record is raised first, in its own synced batch; then the records
+    /// below it go, lowest first, in synced batches of at most
+    /// [`STATE_PRUNE_BATCH_HEIGHTS`] heights. A crash after any batch leaves a store that
+    /// loads as the finished prune would; the next prune to the same height (or higher)
+    /// removes what is left.
+    ///
+    /// `retain_height` must be at least 1, at least the current base and at most the state
+    /// height: otherwise `Error::InvalidRetainHeight` and nothing is written. A retain height
+    /// equal to the base finishes an interrupted prune (and writes nothing when nothing is
+    /// left).
+    ///
+    /// `Ok`: the base and every deletion are durable (when the database holds writes, they
+    /// join its window and are durable at the next flush point, in its one batch). `Err`
+    /// from the database: the prune stopped after some number of its batches, the one in
+    /// flight may or may not be durable, and the store is poisoned; every such store loads
+    /// either as before the prune (base not raised) or as after it.
+    pub fn prune(&self, retain_height: u64) -> Result<StatePruneReport> {
+        self.poison.check(self.name())?;
+        let base = self.base()?;
+        let state_height = self.height()?;
+        if retain_height == 0 || retain_height < base || retain_height > state_height {
+            return Err(Error::InvalidRetainHeight {
+                db: self.name().to_string(),
+                retain_height,
+                base,
+                state_height,
+            });
+        }
+        // What loads at retain_height and above read below it: at most one entry each.
+        let keep = [
+            self.kept_below::<ValidatorSet>(keys::VALIDATORS, retain_height)?,
+            self.kept_below::<ConsensusParams>(keys::PARAMS, retain_height)?,
+        ];
+        let keep: Vec<[u8; 9]> = keep.into_iter().flatten().collect();
+        let mut report = StatePruneReport {
+            base: retain_height,
+            ..StatePruneReport::default()
+        };
+        if retain_height > base {
+            let k = keys::singleton(keys::STATE_STORE_BASE);
+            let mut batch = Batch::new();
+            batch.put(
+                Bytes::copy_from_slice(&k),
+                encode(
+                    &k,
+                    &StateStoreBase {
+                        base: retain_height,
+                    },
+                ),
+            );
+            // The base goes first: from here every load below it says "pruned" without
+            // reading, so the deletions may stop after any batch. Written after (or with
+            // only the last of) them, a crash would leave heights at or above the base
+            // whose records are gone.
+            self.write(&batch)?;
+            report.batches += 1;
+        }
+        const PREFIXES: [u8; 3] = [keys::RESULTS, keys::VALIDATORS, keys::PARAMS];
+        while let Some(low) = self.lowest_below(&PREFIXES, retain_height, &keep)? {
+            let end = low
+                .saturating_add(STATE_PRUNE_BATCH_HEIGHTS)
+                .min(retain_height);
+            let mut batch = Batch::new();
+            for prefix in PREFIXES {
+                let range = KeyRange::between(
+                    Bytes::copy_from_slice(&height_key(prefix, low)),
+                    Bytes::copy_from_slice(&height_key(prefix, end)),
+                );
+                for item in self.db.range(range, Direction::Forward)? {
+                    let (k, _) = item?;
+                    // The entries loads at or above the base still read stay.
+                    if keep.iter().any(|kept| kept[..] == k[..]) {
+                        continue;
+                    }
+                    batch.delete(k);
+                }
+            }
+            assert!(
+                !batch.is_empty(),
+                "invariant: the lowest record below the retain height ({low}) is in the batch"
+            );
+            report.deleted += batch.len() as u64;
+            self.write(&batch)?;
+            report.batches += 1;
+        }
+        Ok(report)
+    }
+
+    /// The key of the entry below `retain_height` that loads at `retain_height` and above
+    /// read (the value the entry at `retain_height` points at), if any. Checks that the
+    /// entry at `retain_height` loads, so a prune never starts over a broken history.
+    fn kept_below<T>(&self, prefix: u8, retain_height: u64) -> Result<Option<[u8; 9]>>
+    where
+        HistoryEntry<T>: Record,
+    {
+        self.load_history::<T>(prefix, retain_height)?;
+        let k = height_key(prefix, retain_height);
+        Ok(match get_record::<HistoryEntry<T>>(&*self.db, &k)? {
+            Some(HistoryEntry {
+                value: None,
+                changed_at,
+            }) => {
+                let at = stored_at(changed_at, retain_height);
+                (at < retain_height).then(|| height_key(prefix, at))
+            }
+            // A full entry (or none: the chain starts above) needs nothing below it.
+            _ => None,
+        })
+    }
+
+    /// The lowest height below `retain_height` holding a record under one of `prefixes`,
+    /// other than the kept entries.
+    fn lowest_below(
+        &self,
+        prefixes: &[u8],
+        retain_height: u64,
+        keep: &[[u8; 9]],
+    ) -> Result<Option<u64>> {
+        let mut lowest: Option<u64> = None;
+        for &prefix in prefixes {
+            let range = KeyRange::between(
+                Bytes::copy_from_slice(&height_key(prefix, 0)),
+                Bytes::copy_from_slice(&height_key(prefix, retain_height)),
+            );
+            for item in self.db.range(range, Direction::Forward)? {
+                let (k, _) = item?;
+                if keep.iter().any(|kept| kept[..] == k[..]) {
+                    continue;
+                }
+                if let Some(h) = keys::height_of(&k) {
+                    lowest = Some(lowest.map_or(h, |l| l.min(h)));
+                }
+                break;
+            }
+        }
+        Ok(lowest)
     }
 }

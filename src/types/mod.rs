@@ -753,6 +753,28 @@ impl Record for GenesisHash {
     }
 }
 
+/// The state store's base (the `0x15` record): results and history of heights below `base`
+/// are pruned; loads of them return [`crate::Error::Pruned`]. Absent: nothing is pruned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateStoreBase {
+    /// The lowest height whose results and history the store answers for (≥ 1).
+    pub base: u64,
+}
+
+impl Record for StateStoreBase {
+    const KIND: RecordKind = RecordKind::StateStoreBase;
+    fn encode_payload(&self, w: &mut Writer) {
+        w.u64(self.base);
+    }
+    fn decode_payload(r: &mut Reader<'_>) -> Result<Self, CorruptReason> {
+        let base = r.u64()?;
+        if base == 0 {
+            return Err(CorruptReason::Invalid("state store base 0"));
+        }
+        Ok(StateStoreBase { base })
+    }
+}
+
 /// A height value (the hash index's payload).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeightValue(pub u64);
