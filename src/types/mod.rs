@@ -21,9 +21,14 @@ pub fn sha256(data: &[u8]) -> Hash {
     Sha256::digest(data).into()
 }
 
-/// The default payload capacity hint: above every fixed-size record's payload (the largest,
-/// a state without its validator sets, is under 200 bytes).
-const SMALL_PAYLOAD_HINT_BYTES: usize = 256;
+/// The default payload capacity hint, in bytes: the fixed-size records (heights, bases, flush
+/// records, hashes, history entries without a value) fit; a held record keeps its buffer's
+/// whole capacity until its flush point, so the hint is kept small rather than generous.
+const SMALL_PAYLOAD_HINT_BYTES: usize = 64;
+
+/// Payload bytes per validator in a validator set's encoding (address 32, power 8), plus
+/// slack for the set's own fields.
+const VALIDATOR_HINT_BYTES: usize = 48;
 
 /// A record type: its kind tag and payload codec.
 pub trait Record: Sized {
@@ -303,7 +308,7 @@ impl Record for BlockMeta {
     const KIND: RecordKind = RecordKind::BlockMeta;
     fn payload_size_hint(&self) -> usize {
         // The block hash, a header of about a dozen hashes and numbers, the part fields.
-        1024
+        512
     }
     fn encode_payload(&self, w: &mut Writer) {
         w.hash(&self.block_hash);
@@ -612,6 +617,11 @@ impl State {
 
 impl Record for State {
     const KIND: RecordKind = RecordKind::State;
+    fn payload_size_hint(&self) -> usize {
+        // Fixed fields (5 heights, 3 hashes, params) and the two validator sets.
+        256 + VALIDATOR_HINT_BYTES
+            * (self.validators.validators.len() + self.last_validators.validators.len())
+    }
     fn encode_payload(&self, w: &mut Writer) {
         w.u64(self.initial_height)
             .u64(self.last_block_height)
