@@ -240,6 +240,11 @@ impl Node {
         genesis: &Genesis,
         sink: Box<dyn EventSink>,
     ) -> Result<(Node, HandshakeReport)> {
+        if genesis.initial_height == 0 {
+            return Err(Error::InvalidInput(
+                "the genesis initial height must be at least 1".into(),
+            ));
+        }
         let block_db: NodeDb = Arc::new(HoldingDb::new(block_store_db));
         let state_db: NodeDb = Arc::new(HoldingDb::new(state_db));
         let block_store = BlockStore::open(block_db.clone() as Arc<dyn Db>)?;
