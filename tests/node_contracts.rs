@@ -35,6 +35,10 @@ enum Lie {
     StopHoldingWithWritesHeld,
     /// `hold` fails.
     HoldFails,
+    /// Honest, with background flush points: `held_store` is the app's own store.
+    HeldStoreOwn,
+    /// `held_store` is a store the app's commits never reach.
+    HeldStoreElsewhere,
 }
 
 #[derive(Debug)]
@@ -102,8 +106,15 @@ impl App for TestApp {
         self.inner.query(key)
     }
     fn held_store(&self) -> Option<Arc<dyn HeldStore>> {
-        // Synchronous flush points: the node calls `write_held`, so the lie is reached.
-        None
+        match self.lie {
+            Lie::HeldStoreOwn => self.inner.held_store(),
+            Lie::HeldStoreElsewhere => Some(Arc::new(HoldingDb::new(Arc::new(MemoryDb::new(
+                "elsewhere",
+            ))
+                as Arc<dyn Db>))),
+            // Synchronous flush points: the node calls `write_held`, so its lies are reached.
+            _ => None,
+        }
     }
 }
 
@@ -446,4 +457,44 @@ fn the_handshake_refuses_an_app_that_breaks_its_contract() {
     );
     let (node, case) = h2.open(Lie::None).unwrap();
     assert_eq!((case, node.height()), (HandshakeCase::AppBehind, 3));
+}
+
+/// Background flush points: the app's held store must be where its commits are held. One
+/// that is not leaves the app behind after the flush thread's `Ok`: refused before the
+/// window's events fire or `durable_height` moves.
+#[test]
+fn a_held_store_the_commits_never_reach_is_a_contract_error() {
+    for lie in [Lie::HeldStoreOwn, Lie::HeldStoreElsewhere] {
+        let h = Harness::new(19);
+        let (mut node, _) = h.open(lie).unwrap();
+        let policy = FlushPolicy {
+            background: true,
+            ..held_policy()
+        };
+        node.start_block_sync(policy, Instant::now()).unwrap();
+        for _ in 0..3 {
+            h.sync(&mut node).unwrap();
+        }
+        // Submitted to the flush thread, then waited for.
+        assert_eq!(
+            node.flush_point(FlushTrigger::Interval, Instant::now())
+                .unwrap(),
+            None,
+            "{lie:?}: a background flush point returns at submission"
+        );
+        let r = node.flush_point(FlushTrigger::Stop, Instant::now());
+        if lie == Lie::HeldStoreOwn {
+            assert_eq!(r.unwrap().unwrap().to, 3);
+            assert_eq!(node.durable_height(), 3);
+            continue;
+        }
+        expect_contract(
+            r,
+            "App::durable().height after its held store's write_frozen",
+            3,
+            0,
+        );
+        assert_eq!(node.durable_height(), 0);
+        expect_poisoned_by_contract(&mut node, &h);
+    }
 }
