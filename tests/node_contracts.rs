@@ -498,3 +498,30 @@ fn a_held_store_the_commits_never_reach_is_a_contract_error() {
         expect_poisoned_by_contract(&mut node, &h);
     }
 }
+
+/// A block saved around the node (through `Node::block_store`) during block sync: the next
+/// flush point refuses with a contract error before writing anything (it used to panic on
+/// its invariant).
+#[test]
+fn a_block_saved_around_the_node_is_refused_at_the_flush_point() {
+    let h = Harness::new(20);
+    let (mut node, _) = h.open(Lie::None).unwrap();
+    node.start_block_sync(held_policy(), Instant::now())
+        .unwrap();
+    h.sync(&mut node).unwrap();
+    h.sync(&mut node).unwrap();
+    let (b, p, c) = h.spec.next_block(node.state());
+    node.block_store().save_block(&b, &p, &c).unwrap();
+    let before = h.snapshot();
+    expect_contract(
+        node.flush_point(FlushTrigger::Interval, Instant::now()),
+        "block store height at a flush point",
+        2,
+        3,
+    );
+    assert!(
+        h.snapshot() == before,
+        "the flush point wrote past the broken contract"
+    );
+    expect_poisoned_by_contract(&mut node, &h);
+}
