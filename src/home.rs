@@ -5,7 +5,8 @@
 //! `flock` on `LOCK`, per open file description, so a second open in the same process fails
 //! too). The lock is held as long as the `Home` or any of its databases is open (each
 //! database keeps it alive, and closes its file before releasing it), so a second open gets
-//! `Error::HomeLocked`, never redb's "already open". Invariant: a home written by another format version is refused, never read.
+//! `Error::HomeLocked`, never redb's "already open".
+//! Invariant: a home written by another format version is refused, never read.
 //! Invariant: every file operation goes through the file layer (`crate::fs`), so a
 //! simulated file system can cut the power at each; the home directory's own entry, the
 //! `FORMAT` file and each database's name are durable before anything is written into them.
