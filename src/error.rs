@@ -91,6 +91,10 @@ pub enum ErrorKind {
     NotFound,
     /// Durable state was asked for before anything was durable.
     NotYetDurable,
+    /// An embedder's trait implementation (an [`crate::App`], a held store) broke its
+    /// documented contract. The node is poisoned and wrote nothing past the broken call:
+    /// fix the implementation, then restart (the handshake checks the home).
+    Contract,
 }
 
 /// The first failure that poisoned a handle: its kind and its message. The
@@ -297,6 +301,21 @@ pub enum Error {
         /// The saved state's height.
         state_height: u64,
     },
+    /// An embedder's trait implementation broke its documented contract: the node checked
+    /// `what` and found `found` where the contract requires `expected`. Returned instead of
+    /// a panic; the node is poisoned and writes nothing past the broken call.
+    #[error(
+        "contract broken: {what}: expected {expected}, found {found}; nothing past it was written"
+    )]
+    Contract {
+        /// The checked quantity, naming the trait method, e.g. "height returned by
+        /// App::commit".
+        what: &'static str,
+        /// What the contract requires (a height or a byte count).
+        expected: u64,
+        /// What the implementation reported.
+        found: u64,
+    },
 }
 
 impl Error {
@@ -333,7 +352,11 @@ impl Error {
         match self {
             Error::Storage { source, .. } => {
                 let io = source.as_deref().and_then(|e| io_error_in(e));
-                if io.is_some_and(is_disk_full) {
+                if source.as_deref().is_some_and(|e| already_open(e)) {
+                    // redb's own file lock: the database is open elsewhere (a home opened
+                    // around its lock, or a database file opened directly).
+                    ErrorKind::Locked
+                } else if io.is_some_and(is_disk_full) {
                     ErrorKind::DiskFull
                 } else {
                     ErrorKind::Io
@@ -361,6 +384,7 @@ impl Error {
                 ErrorKind::Inconsistent
             }
             Error::NotYetDurable { .. } => ErrorKind::NotYetDurable,
+            Error::Contract { .. } => ErrorKind::Contract,
         }
     }
 }
@@ -368,6 +392,21 @@ impl Error {
 fn is_disk_full(e: &std::io::Error) -> bool {
     // ENOSPC and EDQUOT on Linux (28 and 122); `StorageFull` covers what std maps.
     e.kind() == std::io::ErrorKind::StorageFull || matches!(e.raw_os_error(), Some(28) | Some(122))
+}
+
+/// True when `e`'s source chain holds redb's "database already open" (its file lock).
+fn already_open(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(e) = cur {
+        if matches!(
+            e.downcast_ref::<redb::DatabaseError>(),
+            Some(redb::DatabaseError::DatabaseAlreadyOpen)
+        ) {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
 }
 
 /// The first I/O error in `e`'s source chain, looking inside redb's error types (which

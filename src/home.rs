@@ -3,7 +3,10 @@
 //!
 //! Invariant: at most one open `Home` per directory, across threads and processes (an
 //! `flock` on `LOCK`, per open file description, so a second open in the same process fails
-//! too). Invariant: a home written by another format version is refused, never read.
+//! too). The lock is held as long as the `Home` or any of its databases is open (each
+//! database keeps it alive, and closes its file before releasing it), so a second open gets
+//! `Error::HomeLocked`, never redb's "already open".
+//! Invariant: a home written by another format version is refused, never read.
 //! Invariant: every file operation goes through the file layer (`crate::fs`), so a
 //! simulated file system can cut the power at each; the home directory's own entry, the
 //! `FORMAT` file and each database's name are durable before anything is written into them.
@@ -27,11 +30,28 @@ pub const STATE_FILE: &str = "state.redb";
 /// File name of the application database.
 pub const APP_FILE: &str = "app.redb";
 
+/// The home's exclusive lock, shared by the [`Home`] and its three databases: released
+/// when the last of them is dropped.
+#[derive(Debug)]
+struct HomeLock(Box<dyn FsFile>);
+
+impl Drop for HomeLock {
+    fn drop(&mut self) {
+        let _ = self.0.unlock();
+    }
+}
+
 /// An open home directory.
+///
+/// Its lock is held while the `Home` or any of its databases (`block_store_db`, `state_db`,
+/// `app_db`, and every clone of them, e.g. inside a [`crate::Node`]) is alive: dropping the
+/// `Home` while a node still uses its databases keeps the home locked until the node is
+/// dropped too. [`crate::Node::open_home`] builds a node that owns its home.
 #[derive(Debug)]
 pub struct Home {
     path: PathBuf,
-    lock: Box<dyn FsFile>,
+    /// Kept for the `Home`'s own lifetime; each database holds a clone.
+    _lock: Arc<HomeLock>,
     /// The block store's database.
     pub block_store_db: Arc<RedbDb>,
     /// The state's database.
@@ -93,21 +113,21 @@ impl Home {
             }
             Err(e) => return Err(home_err(path, "lock")(e)),
         }
+        let lock = Arc::new(HomeLock(lock));
         Self::check_format(&*fs, path)?;
         let open = |file: &str, name: &str| -> Result<Arc<RedbDb>> {
-            Ok(Arc::new(RedbDb::open_on(
-                fs.clone(),
-                &path.join(file),
-                name,
-                options,
-            )?))
+            let mut db = RedbDb::open_on(fs.clone(), &path.join(file), name, options)?;
+            // The database keeps the home locked until it is closed: a handle that outlives
+            // the `Home` must not let a second open reach its file.
+            db.keep_alive(lock.clone());
+            Ok(Arc::new(db))
         };
         Ok(Home {
             block_store_db: open(BLOCK_STORE_FILE, "block store")?,
             state_db: open(STATE_FILE, "state")?,
             app_db: open(APP_FILE, "app")?,
             path: path.to_path_buf(),
-            lock,
+            _lock: lock,
         })
     }
 
@@ -163,11 +183,5 @@ impl Home {
     /// The home's directory.
     pub fn path(&self) -> &Path {
         &self.path
-    }
-}
-
-impl Drop for Home {
-    fn drop(&mut self) {
-        let _ = self.lock.unlock();
     }
 }

@@ -42,7 +42,7 @@ pub use home::{HOME_FORMAT_VERSION, Home};
 pub use node::{
     DeferredWrites, Event, EventKind, EventSink, FLUSH_BYTES_MAX, FLUSH_INTERVAL, FlushInputs,
     FlushPolicy, FlushReport, FlushTrigger, Genesis, HandshakeCase, HandshakeReport, Mode,
-    NoEvents, Node, NodeDb, Observed, classify, observe,
+    NoEvents, Node, NodeDb, Observed, ReadView, classify, observe,
 };
 pub use store::{
     BlockStore, HISTORY_CHECKPOINT_INTERVAL, PRUNE_BATCH_BLOCKS, STATE_PRUNE_BATCH_HEIGHTS,

@@ -172,6 +172,14 @@ fn every_variant_has_its_kind() {
             ErrorKind::NotYetDurable,
         ),
         (
+            Error::Contract {
+                what: "height returned by App::commit",
+                expected: 3,
+                found: 4,
+            },
+            ErrorKind::Contract,
+        ),
+        (
             Error::Home {
                 path: "/tmp/h".into(),
                 op: "write FORMAT",

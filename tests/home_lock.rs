@@ -3,6 +3,11 @@
 //! handle is dropped. A home written by another format version is refused with
 //! `Error::HomeVersion`, before any database is opened.
 //!
+//! A node owns its home: built with `Node::open_home` it keeps the home locked until it is
+//! dropped; built with `Node::open` over a home's databases, those databases keep the lock
+//! alive after the `Home` itself is dropped — a second open gets `Error::HomeLocked`
+//! (`ErrorKind::Locked`), never redb's "already open" storage error.
+//!
 //! The cross-process test runs this test binary again as a child, selecting the
 //! `child_probe_opens_home_from_env` test and passing the home in an environment variable;
 //! without that variable the probe has nothing to do.
@@ -10,7 +15,13 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use flushpoint::{Error, HOME_FORMAT_VERSION, Home};
+use std::sync::Arc;
+use std::time::Instant;
+
+use flushpoint::{
+    ChainSpec, Db, Error, ErrorKind, HOME_FORMAT_VERSION, HoldingDb, Home, KvApp, NoEvents, Node,
+    Profile, RedbDb, RedbOptions,
+};
 
 /// Environment variable naming the home the child process must try to open.
 const CHILD_HOME_ENV: &str = "FLUSHPOINT_TEST_CHILD_HOME";
@@ -183,4 +194,98 @@ fn open_existing_refuses_a_directory_that_is_not_a_home() {
     }
     // Nothing was created.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+fn kv_app(app_db: Arc<dyn Db>) -> flushpoint::Result<Box<dyn flushpoint::App>> {
+    Ok(Box::new(KvApp::open(Arc::new(HoldingDb::new(app_db)))?))
+}
+
+/// Opens a node that owns the home at `path` and commits `blocks` blocks.
+fn node_in_home(path: &Path, spec: &ChainSpec, blocks: u64) -> Node {
+    let home = Home::open(path).unwrap();
+    let (mut node, _) = Node::open_home(home, kv_app, &spec.genesis(), Box::new(NoEvents)).unwrap();
+    for _ in 0..blocks {
+        let (b, p, c) = spec.next_block(node.state());
+        node.commit_block(&b, &p, &c).unwrap();
+    }
+    node
+}
+
+#[test]
+fn a_node_owns_its_home_until_it_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("home");
+    let spec = ChainSpec::new(7, Profile::Light);
+    let node = node_in_home(&path, &spec, 3);
+    assert_eq!(node.home().unwrap().path(), path);
+    let e = Home::open(&path).expect_err("a home a node owns was opened again");
+    assert_eq!(e.kind(), ErrorKind::Locked, "{e}");
+    expect_locked(Home::open(&path), &path);
+    let p = path.clone();
+    std::thread::spawn(move || expect_locked(Home::open(&p), &p))
+        .join()
+        .unwrap();
+    drop(node);
+    // Released: the home opens, and the node's blocks are there.
+    let (node, report) = Node::open_home(
+        Home::open(&path).unwrap(),
+        kv_app,
+        &spec.genesis(),
+        Box::new(NoEvents),
+    )
+    .unwrap();
+    assert_eq!(report.height, 3);
+    // `stop` releases it too.
+    node.stop(Instant::now()).unwrap();
+    drop(Home::open(&path).unwrap());
+}
+
+#[test]
+fn a_homes_databases_keep_it_locked_after_the_home_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("home");
+    let spec = ChainSpec::new(8, Profile::Light);
+    let home = Home::open(&path).unwrap();
+    let (node, _) = Node::open(
+        home.block_store_db.clone(),
+        home.state_db.clone(),
+        kv_app(home.app_db.clone()).unwrap(),
+        &spec.genesis(),
+        Box::new(NoEvents),
+    )
+    .unwrap();
+    // The node still has the databases open: the lock must outlive the `Home`.
+    drop(home);
+    match Home::open(&path) {
+        Err(Error::HomeLocked { path: p }) => assert_eq!(p, path),
+        Err(e) => panic!(
+            "expected HomeLocked while the node is open, got {e} ({:?})",
+            e.kind()
+        ),
+        Ok(_) => panic!("a home whose databases are open was opened again"),
+    }
+    drop(node);
+    drop(Home::open(&path).unwrap());
+}
+
+#[test]
+fn a_node_holds_its_home_against_another_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("home");
+    let spec = ChainSpec::new(9, Profile::Light);
+    let node = node_in_home(&path, &spec, 2);
+    assert_eq!(probe_in_child(&path), format!("locked {}", path.display()));
+    drop(node);
+    assert_eq!(probe_in_child(&path), "opened");
+}
+
+#[test]
+fn a_database_file_opened_twice_is_locked_not_a_generic_storage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("one.redb");
+    let first = RedbDb::open(&file, "one", &RedbOptions::default()).unwrap();
+    let e = RedbDb::open(&file, "one", &RedbOptions::default()).expect_err("opened twice");
+    assert_eq!(e.kind(), ErrorKind::Locked, "{e}");
+    drop(first);
+    RedbDb::open(&file, "one", &RedbOptions::default()).unwrap();
 }

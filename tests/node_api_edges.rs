@@ -337,3 +337,26 @@ fn a_failed_block_store_write_poisons_the_node_for_every_later_call() {
         Err(Error::Poisoned { .. })
     ));
 }
+
+#[test]
+fn a_genesis_at_height_zero_is_refused_and_writes_nothing() {
+    let rig = Rig::new();
+    let mut genesis = rig.spec.genesis();
+    genesis.initial_height = 0;
+    let app = KvApp::open(Arc::new(HoldingDb::new(rig.dbs[2].clone() as Arc<dyn Db>))).unwrap();
+    let r = Node::open(
+        rig.dbs[0].clone(),
+        rig.dbs[1].clone(),
+        Box::new(app),
+        &genesis,
+        Box::new(NoEvents),
+    );
+    match r {
+        Err(e @ Error::InvalidInput(_)) => assert!(e.to_string().contains("initial height"), "{e}"),
+        other => panic!("expected InvalidInput, got {other:?}"),
+    }
+    assert!(
+        rig.mems.iter().all(|m| m.snapshot().is_empty()),
+        "nothing written"
+    );
+}

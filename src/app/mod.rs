@@ -29,6 +29,30 @@ pub struct AppInfo {
 /// The node calls, per block: `execute_block`, then (after saving the results) `commit`.
 /// During block sync it calls `hold` once, and at each flush point `write_held`, after the
 /// block store and the state are durable.
+///
+/// # Contract
+///
+/// The node checks what its crash argument needs from an implementation and, when it is
+/// broken, returns [`crate::Error::Contract`] ([`crate::ErrorKind::Contract`]) instead of
+/// panicking; the node is then poisoned and writes nothing past the broken call
+/// (`tests/node_contracts.rs`):
+/// - `commit` after `execute_block(h)` returns height `h`, and `committed()` then says `h`;
+/// - after `hold` returned `true`, commits stay off the disk until `write_held`: `durable()`
+///   stays at the last flush point's height;
+/// - `write_held` returning `Ok` leaves `held_bytes() == 0` and `durable()` at
+///   `committed()`'s height (with [`App::held_store`], the store's `write_frozen` likewise);
+/// - after the handshake, `committed()` is at the state's height.
+///
+/// The node's side: it calls `hold` at most once per block sync, and `stop_holding` only
+/// after a flush point's `write_held` returned `Ok` with nothing left held (a
+/// [`crate::HoldingDb`] refuses `stop_holding` with writes held, with the same error). An
+/// `Err` from `hold` poisons the node (whether the app holds is then unknown).
+///
+/// # Panics
+///
+/// The node does not panic on a broken contract. A panic inside an implementation's own
+/// method unwinds through the node call that made it; on the flush thread (background flush
+/// points) it is returned as an error and poisons the node.
 pub trait App: Send {
     /// Height and app hash of the last commit, held or durable.
     fn committed(&self) -> Result<AppInfo>;

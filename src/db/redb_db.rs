@@ -58,6 +58,9 @@ pub struct RedbDb {
     db: Database,
     counters: Arc<BackendCounters>,
     poison: Poison,
+    /// Kept alive as long as this handle, and dropped after `db` (fields drop in order), so
+    /// the file is closed before what it guards is released (a home's lock).
+    keep_alive: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl std::fmt::Debug for RedbDb {
@@ -168,12 +171,8 @@ impl RedbDb {
         let db = Database::builder()
             .set_cache_size(options.cache_bytes)
             .create_with_backend(counting)
-            .map_err(|e| match e {
-                redb::DatabaseError::DatabaseAlreadyOpen => {
-                    Error::storage(name, "open", "the database is already open")
-                }
-                e => Error::storage(name, "open", e),
-            })?;
+            // redb's error stays the source: `DatabaseAlreadyOpen` makes the kind `Locked`.
+            .map_err(|e| Error::storage(name, "open", e))?;
         let this = RedbDb {
             name: name.to_string(),
             path: None,
@@ -181,6 +180,7 @@ impl RedbDb {
             db,
             counters,
             poison: Poison::default(),
+            keep_alive: None,
         };
         this.ensure_table()?;
         Ok(this)
@@ -205,6 +205,12 @@ impl RedbDb {
             }
             Err(e) => Err(self.err("open table", e)),
         }
+    }
+
+    /// Keeps `guard` alive until this handle is dropped, and releases it only after the
+    /// file is closed (a home's lock rides on its databases this way).
+    pub(crate) fn keep_alive(&mut self, guard: Arc<dyn std::any::Any + Send + Sync>) {
+        self.keep_alive = Some(guard);
     }
 
     /// The real I/O calls made on the file so far.

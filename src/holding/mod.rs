@@ -182,16 +182,20 @@ impl<D: Db> HoldingDb<D> {
     }
 
     /// Stops holding; nothing may be held or frozen (take a flush point first).
+    ///
+    /// With writes held or a window frozen it refuses with [`Error::Contract`] (the keys
+    /// held) and keeps holding them: stopping would drop writes a caller was promised.
     pub fn stop_holding(&self) -> Result<()> {
         self.poison.check(self.inner.name())?;
         let mut h = self.held.write().expect("held lock");
-        assert!(
-            h.active.map.is_empty() && h.frozen.is_none(),
-            "invariant: holding stops only with nothing held ({} keys held, a window frozen: {}) in {}",
-            h.active.map.len(),
-            h.frozen.is_some(),
-            self.inner.name()
-        );
+        if !h.active.map.is_empty() || h.frozen.is_some() {
+            let keys = h.active.map.len() + h.frozen.as_ref().map_or(0, |f| f.map.len());
+            return Err(Error::Contract {
+                what: "keys held at HoldingDb::stop_holding (write them first)",
+                expected: 0,
+                found: keys as u64,
+            });
+        }
         h.holding = false;
         Ok(())
     }

@@ -9,6 +9,9 @@
 //! block order, at most once; blocks replayed by the handshake fire none.
 //! Invariant: after any failed write the node is poisoned: every later call fails, and only
 //! a restart (which runs the handshake) continues.
+//! Invariant: an embedder's [`App`] that breaks its contract (a height it did not commit, a
+//! held write `write_held` did not write) is reported as `Error::Contract` before the next
+//! write, never by a panic; the node is poisoned.
 //! Invariant: with background flush points at most one window is in flight (frozen, being
 //! written by the flush thread in the same order and batches as a synchronous flush point);
 //! its events fire on the node's thread once the thread returned `Ok`, and the next window
@@ -31,11 +34,12 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::app::App;
+use crate::app::{App, AppInfo};
 use crate::codec::keys;
 use crate::db::{Batch, Db, Durability};
 use crate::error::{Error, Heights, Result};
 use crate::holding::{HeldStore, HoldingDb};
+use crate::home::Home;
 use crate::store::{BlockStore, StateStore};
 use crate::types::{Block, BlockResults, Commit, ConsensusParams, PartSet, State, ValidatorSet};
 
@@ -92,7 +96,41 @@ pub struct HandshakeReport {
     pub height: u64,
 }
 
+/// Which version of the node's data a read sees.
+///
+/// During block sync the node has applied blocks whose writes are still held in memory
+/// (up to [`Node::height`]); only blocks up to [`Node::durable_height`] are on disk in all
+/// three databases. Outside block sync both views are the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ReadView {
+    /// Everything applied, held writes included (up to [`Node::height`]). What block sync
+    /// itself reads; a crash or a drop without [`Node::stop`] can still lose it.
+    Held,
+    /// What a flush point acknowledged (up to [`Node::durable_height`]), read from disk:
+    /// what survives a crash. Queries and RPC read this version (ADR 0002).
+    Durable,
+}
+
 /// A node's databases and app.
+///
+/// # Lifecycle
+///
+/// [`Node::open_home`] builds a node that owns its [`Home`]: the home stays locked while the
+/// node lives, and a second open of it gets [`Error::HomeLocked`]; dropping the node
+/// releases it. [`Node::open`] takes any databases; a [`Home`]'s databases keep its lock
+/// alive on their own.
+///
+/// # Dropping without [`Node::stop`]
+///
+/// In block sync, dropping the node without `stop` loses what is held: the blocks, results,
+/// state and app writes applied since the last flush point (heights
+/// `durable_height() + 1..=height()`), and their events, which never fire. It never loses
+/// what a flush point acknowledged: every block up to the last [`Node::durable_height`]
+/// read before the drop is on disk, and the next open's handshake finds the home consistent
+/// at that height (`tests/node_drop_without_stop.rs`). A background window in flight is
+/// written to the end before the drop returns (it may leave the home one window above that
+/// height, never below). In consensus mode nothing is held, so a drop loses nothing.
 pub struct Node {
     block_db: NodeDb,
     state_db: NodeDb,
@@ -109,6 +147,8 @@ pub struct Node {
     app_store: Option<Arc<dyn HeldStore>>,
     /// The window a flush thread is writing (background flush points only).
     in_flight: Option<InFlight>,
+    /// The home the node owns (see [`Node::open_home`]), dropped after the databases above.
+    home: Option<Home>,
 }
 
 /// A window frozen at a background flush point, being written by the flush thread.
@@ -200,6 +240,11 @@ impl Node {
         genesis: &Genesis,
         sink: Box<dyn EventSink>,
     ) -> Result<(Node, HandshakeReport)> {
+        if genesis.initial_height == 0 {
+            return Err(Error::InvalidInput(
+                "the genesis initial height must be at least 1".into(),
+            ));
+        }
         let block_db: NodeDb = Arc::new(HoldingDb::new(block_store_db));
         let state_db: NodeDb = Arc::new(HoldingDb::new(state_db));
         let block_store = BlockStore::open(block_db.clone() as Arc<dyn Db>)?;
@@ -305,6 +350,7 @@ impl Node {
             poison: crate::poison::Poison::default(),
             app_store: None,
             in_flight: None,
+            home: None,
         };
         let report = node.repair(observed, case)?;
         if report.app_replayed + report.applied > 0 {
@@ -319,6 +365,54 @@ impl Node {
         }
         node.deferred.flushed_height = node.state.last_block_height;
         Ok((node, report))
+    }
+
+    /// Opens the node over the databases of `home`, as [`Node::open`] does, and keeps the
+    /// home: it stays locked until the node is dropped (or stopped), so a second
+    /// [`Home::open`] of the same directory — from this process or another — fails with
+    /// [`Error::HomeLocked`] ([`crate::ErrorKind::Locked`]) meanwhile.
+    ///
+    /// `app` builds the application over the home's app database.
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use flushpoint::{ChainSpec, Db, HoldingDb, Home, KvApp, NoEvents, Node, Profile};
+    ///
+    /// let spec = ChainSpec::new(1, Profile::Light);
+    /// let home = Home::open(std::path::Path::new("node-home"))?;
+    /// let (node, _report) = Node::open_home(
+    ///     home,
+    ///     |app_db| Ok(Box::new(KvApp::open(Arc::new(HoldingDb::new(app_db)))?)),
+    ///     &spec.genesis(),
+    ///     Box::new(NoEvents),
+    /// )?;
+    /// assert!(Home::open(std::path::Path::new("node-home")).is_err()); // locked
+    /// drop(node); // unlocks
+    /// # Ok::<(), flushpoint::Error>(())
+    /// ```
+    ///
+    /// `Err`: as [`Node::open`]; the home is closed (and unlocked) when this returns.
+    pub fn open_home(
+        home: Home,
+        app: impl FnOnce(Arc<dyn Db>) -> Result<Box<dyn App>>,
+        genesis: &Genesis,
+        sink: Box<dyn EventSink>,
+    ) -> Result<(Node, HandshakeReport)> {
+        let app = app(home.app_db.clone() as Arc<dyn Db>)?;
+        let (mut node, report) = Node::open(
+            home.block_store_db.clone(),
+            home.state_db.clone(),
+            app,
+            genesis,
+            sink,
+        )?;
+        node.home = Some(home);
+        Ok((node, report))
+    }
+
+    /// The home this node owns, when opened with [`Node::open_home`].
+    pub fn home(&self) -> Option<&Home> {
+        self.home.as_ref()
     }
 
     fn repair(&mut self, o: Observed, case: HandshakeCase) -> Result<HandshakeReport> {
@@ -346,8 +440,15 @@ impl Node {
                     db: self.state_db.name().to_string(),
                     what: format!("results of block {b}, needed to rebuild the state the app already committed"),
                 })?;
-                let app_hash = self.app.committed()?.app_hash;
-                let next = self.state.next(&block, &results, app_hash);
+                let committed = self.app.committed()?;
+                // The shape says the app's durable height is B; an app reporting another
+                // committed height would have its hash saved under the wrong block.
+                contract(
+                    "App::committed().height at the handshake (its durable height is B)",
+                    b,
+                    committed.height,
+                )?;
+                let next = self.state.next(&block, &results, committed.app_hash);
                 self.state_store.save_state(&next)?;
                 self.state = next;
                 report.applied = 1;
@@ -365,6 +466,12 @@ impl Node {
                 self.state_db.write_held()?;
                 if app_holds {
                     self.app.write_held()?;
+                    // Stopping with writes still held would drop them: refuse first.
+                    contract(
+                        "App::held_bytes after App::write_held",
+                        0,
+                        self.app.held_bytes(),
+                    )?;
                     self.app.stop_holding()?;
                 }
                 self.state_db.stop_holding()?;
@@ -372,13 +479,14 @@ impl Node {
             }
         }
         report.height = self.state.last_block_height;
-        debug_assert_eq!(
+        contract(
+            "App::committed().height after the handshake",
+            report.height,
             self.app
                 .committed()?
                 .height
                 .max(self.state.initial_height - 1),
-            report.height
-        );
+        )?;
         Ok(report)
     }
 
@@ -397,6 +505,7 @@ impl Node {
             let block = self.load_stored_block(h)?;
             self.app.execute_block(&block)?;
             let info = self.app.commit()?;
+            self.check_commit(h, info)?;
             let expected = if h == self.state.last_block_height {
                 self.state.app_hash
             } else {
@@ -471,12 +580,54 @@ impl Node {
         // the state from them (StateBehindApp).
         self.state_store.save_results(h, &results)?;
         let info = self.app.commit()?;
+        // Before the state is saved: a state built on a height the app did not commit would
+        // be durable past the broken contract.
+        self.check_commit(h, info)?;
         let next = self.state.next(block, &results, info.app_hash);
         // The state is saved after the app commit: a crash before this line leaves the app
         // one ahead of the state, which the handshake repairs from the saved results.
         self.state_store.save_state(&next)?;
         self.state = next;
         Ok(events_of(block, &results))
+    }
+
+    /// The app's side of `commit` for block `h`: it returned `h`, and `committed()` agrees.
+    fn check_commit(&self, h: u64, info: AppInfo) -> Result<()> {
+        contract("height returned by App::commit", h, info.height)?;
+        contract(
+            "App::committed().height after App::commit",
+            info.height,
+            self.app.committed()?.height,
+        )
+    }
+
+    /// The app's durable height, normalized like the handshake's (an empty app is at the
+    /// genesis state's height).
+    fn app_durable_height(&self) -> Result<u64> {
+        let h = self.app.durable()?.height;
+        Ok(if h == 0 {
+            self.state.initial_height.saturating_sub(1)
+        } else {
+            h
+        })
+    }
+
+    /// Before a flush point F → F′ writes anything: the app committed the window, and an
+    /// app that holds has nothing of it on disk yet (its `hold` held).
+    fn check_app_window(&self, from: u64, to: u64) -> Result<()> {
+        contract(
+            "App::committed().height at a flush point",
+            to,
+            self.app.committed()?.height,
+        )?;
+        if self.app_holds {
+            contract(
+                "App::durable().height inside a held window (App::hold returned true)",
+                from,
+                self.app_durable_height()?,
+            )?;
+        }
+        Ok(())
     }
 
     fn check_poison(&self) -> Result<()> {
@@ -504,9 +655,13 @@ impl Node {
             self.deferred.flushed_height, self.state.last_block_height,
             "invariant: block sync starts with nothing held"
         );
-        self.block_db.hold()?;
-        self.state_db.hold()?;
-        self.app_holds = self.app.hold()?;
+        // The app first: its `Err` leaves whether it holds unknown, so it poisons the node
+        // before the node's own databases hold anything (a later `commit_block` must never
+        // land in an overlay). The node calls `App::hold` once per block sync.
+        let r = self.app.hold();
+        self.app_holds = self.poisoned(r)?;
+        let r = self.block_db.hold().and_then(|()| self.state_db.hold());
+        self.poisoned(r)?;
         self.app_store = if policy.background && self.app_holds {
             self.app.held_store()
         } else {
@@ -642,6 +797,16 @@ impl Node {
         });
         let loop_wait = wait_start.elapsed();
         let bytes = self.poisoned(joined)?;
+        // The app's held store wrote its window: the app must be durable at `to` before the
+        // window's events fire.
+        let r = self.app_durable_height().and_then(|found| {
+            contract(
+                "App::durable().height after its held store's write_frozen",
+                f.to,
+                found,
+            )
+        });
+        self.poisoned(r)?;
         // Step 4, as in a synchronous flush point: every database is durable at `f.to`
         // (the thread returned `Ok` after the app's batch); only now do the window's events
         // fire, in block order, once.
@@ -674,16 +839,14 @@ impl Node {
             self.in_flight.is_none(),
             "invariant: at most one window in flight"
         );
-        assert_eq!(
+        // Between blocks the block store is at `to`, unless blocks were saved around the
+        // node (through `Node::block_store`): refused before anything is written.
+        contract(
+            "block store height at a flush point (a block saved around the node?)",
+            to,
             self.block_store.height(),
-            to,
-            "invariant: a flush point is taken between blocks"
-        );
-        assert_eq!(
-            self.app.committed()?.height,
-            to,
-            "invariant: the app committed the window"
-        );
+        )?;
+        self.check_app_window(from, to)?;
         let app_store = self
             .app_store
             .clone()
@@ -798,16 +961,15 @@ impl Node {
 
     fn write_flush_point(&mut self, from: u64, to: u64) -> Result<u64> {
         assert!(from < to, "invariant: flush heights increase");
-        assert_eq!(
+        // Between blocks the block store is at `to`, unless blocks were saved around the
+        // node (through `Node::block_store`): refused before anything is written.
+        contract(
+            "block store height at a flush point (a block saved around the node?)",
+            to,
             self.block_store.height(),
-            to,
-            "invariant: a flush point is taken between blocks"
-        );
-        assert_eq!(
-            self.app.committed()?.height,
-            to,
-            "invariant: the app committed the window"
-        );
+        )?;
+        // The app's contract is checked before step 1: a broken one writes nothing.
+        self.check_app_window(from, to)?;
         // Step 1: the block store's blocks F+1..F′ and the flush record, one synced batch.
         // It must come first: steps 2 and 3 are replayed from these blocks after a crash.
         self.block_store
@@ -822,10 +984,22 @@ impl Node {
         }
         bytes += app_before;
         debug_assert_eq!(
-            self.held_bytes(),
-            [0, 0, 0],
-            "invariant: the overlays are empty after a flush point"
+            [self.block_db.held_bytes(), self.state_db.held_bytes()],
+            [0, 0],
+            "invariant: the node's overlays are empty after a flush point"
         );
+        // `write_held` returned `Ok`: the app says it is durable at `to` with nothing held.
+        // The window's events fire only if it is.
+        contract(
+            "App::held_bytes after App::write_held",
+            0,
+            self.app.held_bytes(),
+        )?;
+        contract(
+            "App::durable().height after App::write_held",
+            to,
+            self.app_durable_height()?,
+        )?;
         Ok(bytes)
     }
 
@@ -837,10 +1011,21 @@ impl Node {
             return Ok(None);
         }
         let report = self.flush_point(FlushTrigger::SwitchToConsensus, now)?;
-        self.block_db.stop_holding()?;
-        self.state_db.stop_holding()?;
+        // Whatever the app still holds now, `stop_holding` would drop: refuse instead.
+        let r = contract(
+            "App::held_bytes at App::stop_holding (after the flush point)",
+            0,
+            self.app.held_bytes(),
+        );
+        self.poisoned(r)?;
+        let r = self
+            .block_db
+            .stop_holding()
+            .and_then(|()| self.state_db.stop_holding());
+        self.poisoned(r)?;
         if self.app_holds {
-            self.app.stop_holding()?;
+            let r = self.app.stop_holding();
+            self.poisoned(r)?;
         }
         self.mode = Mode::Consensus;
         Ok(report)
@@ -906,12 +1091,14 @@ impl Node {
         self.deferred.flushed_height
     }
 
-    /// The current state (held or durable).
+    /// The current state, held writes included ([`ReadView::Held`]); [`Node::rpc_state`] is
+    /// the durable one.
     pub fn state(&self) -> &State {
         &self.state
     }
 
-    /// The state on disk, for RPC. Refused before the first flush point of a fresh node.
+    /// The state on disk, for RPC ([`ReadView::Durable`]). Refused before the first flush
+    /// point of a fresh node.
     pub fn rpc_state(&self) -> Result<State> {
         let k = keys::singleton(keys::STATE);
         let v = self.state_db.get_durable(&k)?;
@@ -935,9 +1122,68 @@ impl Node {
         self.app.query(key)
     }
 
-    /// The block store.
+    /// The node's block store. Its reads serve held blocks ([`ReadView::Held`]: during block
+    /// sync, blocks no flush point has made durable yet); for what survives a crash, read
+    /// with [`ReadView::Durable`] through [`Node::load_block`] and its siblings.
+    ///
+    /// For reads: a block saved, pruned or rolled back through it bypasses the node, and the
+    /// next flush point refuses with [`Error::Contract`] (the node is poisoned).
     pub fn block_store(&self) -> &BlockStore {
         &self.block_store
+    }
+
+    /// The highest block `view` sees: [`Node::height`] for [`ReadView::Held`],
+    /// [`Node::durable_height`] for [`ReadView::Durable`].
+    pub fn block_height(&self, view: ReadView) -> u64 {
+        match view {
+            ReadView::Held => self.block_store.height(),
+            ReadView::Durable => self.durable_height(),
+        }
+    }
+
+    /// The block at `height` as `view` sees it: `None` if it is not stored, pruned, or (for
+    /// [`ReadView::Durable`]) above [`Node::durable_height`]. Durable reads come from the
+    /// disk only, never from a held or frozen window.
+    pub fn load_block(&self, height: u64, view: ReadView) -> Result<Option<Block>> {
+        match self.blocks(view, height)? {
+            Some(store) => store.get().load_block(height),
+            None => Ok(None),
+        }
+    }
+
+    /// The block with `hash` as `view` sees it (see [`Node::load_block`]).
+    pub fn load_block_by_hash(
+        &self,
+        hash: &crate::types::Hash,
+        view: ReadView,
+    ) -> Result<Option<Block>> {
+        let Some(store) = self.blocks(view, 0)? else {
+            return Ok(None);
+        };
+        let store = store.get();
+        match store.height_by_hash(hash)? {
+            Some(h) if view == ReadView::Held || h <= self.durable_height() => store.load_block(h),
+            _ => Ok(None),
+        }
+    }
+
+    /// The seen commit of block `height` as `view` sees it (see [`Node::load_block`]).
+    pub fn load_seen_commit(&self, height: u64, view: ReadView) -> Result<Option<Commit>> {
+        match self.blocks(view, height)? {
+            Some(store) => store.get().load_seen_commit(height),
+            None => Ok(None),
+        }
+    }
+
+    /// The block store as `view` sees it, or `None` when `height` is above what it sees.
+    fn blocks(&self, view: ReadView, height: u64) -> Result<Option<BlocksView<'_>>> {
+        Ok(match view {
+            ReadView::Held => Some(BlocksView::Held(&self.block_store)),
+            ReadView::Durable if height > self.durable_height() => None,
+            ReadView::Durable => Some(BlocksView::Durable(BlockStore::open(Arc::new(DiskOnly(
+                self.block_db.clone(),
+            )))?)),
+        })
     }
 
     /// The state store.
@@ -973,6 +1219,49 @@ impl Node {
     }
 }
 
+/// A block store seen through a [`ReadView`].
+enum BlocksView<'a> {
+    Held(&'a BlockStore),
+    /// A read-only store over the disk under the node's block store, opened for one read.
+    Durable(BlockStore),
+}
+
+impl BlocksView<'_> {
+    fn get(&self) -> &BlockStore {
+        match self {
+            BlocksView::Held(s) => s,
+            BlocksView::Durable(s) => s,
+        }
+    }
+}
+
+/// A holding database seen from disk only: held and frozen windows are invisible, and
+/// writes are refused (it serves [`ReadView::Durable`] reads).
+#[derive(Debug)]
+struct DiskOnly(NodeDb);
+
+impl Db for DiskOnly {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        self.0.get_durable(key)
+    }
+    fn range(
+        &self,
+        range: crate::db::KeyRange,
+        direction: crate::db::Direction,
+    ) -> Result<crate::db::DbIter<'_>> {
+        self.0.range_durable(range, direction)
+    }
+    fn write(&self, _: &Batch, _: Durability) -> Result<()> {
+        Err(Error::InvalidInput(format!(
+            "{}: the durable read view is read-only",
+            self.0.name()
+        )))
+    }
+}
+
 /// Reports a durable flush point as a `tracing` event (target `flushpoint::flush`).
 fn trace_flush_point(r: &FlushReport, background: bool) {
     tracing::info!(
@@ -997,6 +1286,25 @@ impl Drop for Node {
             let _ = f.handle.join();
         }
     }
+}
+
+/// `Err(Error::Contract)` unless an embedder's implementation reported `found == expected`.
+fn contract(what: &'static str, expected: u64, found: u64) -> Result<()> {
+    if found == expected {
+        return Ok(());
+    }
+    tracing::error!(
+        target: "flushpoint::node",
+        what,
+        expected,
+        found,
+        "an embedder's implementation broke its contract"
+    );
+    Err(Error::Contract {
+        what,
+        expected,
+        found,
+    })
 }
 
 fn fmt_record(r: Option<crate::types::FlushRecord>) -> String {
