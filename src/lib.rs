@@ -8,6 +8,50 @@
 //!
 //! Layers (dependencies point down): `codec` (keys, records) → `db` (the [`Db`] trait,
 //! backends, counters) → stores ([`BlockStore`], [`StateStore`]).
+//!
+//! # Example
+//!
+//! A node over three databases (in memory here; [`Home`] and [`Node::open_home`] give the
+//! on-disk redb home), block-syncing with deferred writes, then committing in consensus:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Instant;
+//! use flushpoint::{
+//!     ChainSpec, Db, FlushPolicy, HoldingDb, KvApp, MemoryDb, NoEvents, Node, Profile, ReadView,
+//! };
+//!
+//! let spec = ChainSpec::new(1, Profile::Light);
+//! let app = KvApp::open(Arc::new(HoldingDb::new(
+//!     Arc::new(MemoryDb::new("app")) as Arc<dyn Db>
+//! )))?;
+//! let (mut node, report) = Node::open(
+//!     Arc::new(MemoryDb::new("block store")),
+//!     Arc::new(MemoryDb::new("state")),
+//!     Box::new(app),
+//!     &spec.genesis(),
+//!     Box::new(NoEvents),
+//! )?;
+//! assert_eq!(report.height, 0);
+//!
+//! // Block sync: held in memory, durable at flush points.
+//! node.start_block_sync(FlushPolicy::default(), Instant::now())?;
+//! for _ in 0..20 {
+//!     let (block, parts, seen_commit) = spec.next_block(node.state());
+//!     node.sync_block(&block, &parts, &seen_commit, Instant::now())?;
+//! }
+//! assert_eq!(node.height(), 20);
+//! // The switch to consensus is a flush point: everything applied is durable after it.
+//! node.switch_to_consensus(Instant::now())?;
+//! assert_eq!(node.durable_height(), 20);
+//!
+//! // Consensus: each block durable when `commit_block` returns.
+//! let (block, parts, seen_commit) = spec.next_block(node.state());
+//! node.commit_block(&block, &parts, &seen_commit)?;
+//! assert_eq!(node.load_block(21, ReadView::Durable)?.map(|b| b.hash()), Some(block.hash()));
+//! node.stop(Instant::now())?;
+//! # Ok::<(), flushpoint::Error>(())
+//! ```
 
 #![deny(unsafe_code)]
 
