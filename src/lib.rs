@@ -21,18 +21,21 @@ mod holding;
 mod home;
 mod node;
 mod poison;
+mod rollback;
 pub(crate) mod store;
 pub mod testing;
 mod types;
 
-pub use app::{App, AppInfo, KvApp, Tx};
+pub use app::{App, AppInfo, KvApp, Tx, UNDO_RETENTION_BLOCKS};
 pub use chain::{ChainSpec, Profile};
 pub use db::{
     BackendCounters, BackendCounts, Batch, CountingBackend, CountingDb, Db, DbIter, Direction,
     Durability, Entry, KeyRange, MemoryDb, Op, RedbDb, RedbOptions, SyncCounters, SyncCounts,
     collect_range, fsync_dir,
 };
-pub use error::{BoxError, CorruptReason, Error, ErrorKind, Heights, PoisonCause, Result, hex};
+pub use error::{
+    BoxError, CorruptReason, Error, ErrorKind, Heights, PoisonCause, Result, RollbackRefusal, hex,
+};
 pub use fs::{
     DirFate, FileFate, FileSystem, FsBackend, FsFile, OpenMode, SimFile, SimFs, SimOp, SimStats,
     StdFile, StdFs, create_dir_all_durably,
@@ -44,5 +47,6 @@ pub use node::{
     FlushPolicy, FlushReport, FlushTrigger, Genesis, HandshakeCase, HandshakeReport, Mode,
     NoEvents, Node, NodeDb, Observed, classify, observe,
 };
+pub use rollback::{ROLLBACK_INTENT_FILE, RollbackReport, pending_rollback, rollback};
 pub use store::{BlockStore, HISTORY_CHECKPOINT_INTERVAL, PRUNE_BATCH_BLOCKS, StateStore};
 pub use types::*;
