@@ -24,6 +24,10 @@
 //! of undo logs or intents. The chain changes validators and params, so the state's history
 //! is exercised; `TOP` is within the app's undo window, so even the undo records match.
 //!
+//! The recoveries are cut too: an open that finishes a rollback interrupted in its stores
+//! step, and a rerun from one interrupted in its app step, are each cut at every op and
+//! their images checked the same way.
+//!
 //! Prints `N rollback cut states, 0 failures`. `FLUSHPOINT_FULL=1` adds 4 more file seeds;
 //! replay one seed with `FLUSHPOINT_SEED=<n>`.
 
@@ -308,16 +312,35 @@ fn check_image(img: &SimFs, to: u64, want: &Refs, out: &mut Sweep) -> Result<(),
     })))
 }
 
-/// Cuts the rollback to `to` of the home `start` at every op; checks every distinct image.
-fn sweep(start: &SimFs, to: u64, want: &Refs, seed: u64, out: &mut Sweep) {
+/// What is cut: the rollback, or an open that finishes an interrupted one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Run {
+    Rollback,
+    Open,
+}
+
+impl Run {
+    fn go(self, fs: &SimFs, to: u64) -> Result<(), String> {
+        match self {
+            Run::Rollback => run_rollback(fs, to),
+            Run::Open => Home::open_on(Arc::new(fs.clone()), &home(), &options())
+                .map(drop)
+                .map_err(|e| format!("open: {e}")),
+        }
+    }
+}
+
+/// Cuts `run` (to `to`) on the home `start` at every op; checks every distinct image.
+fn sweep(label: &str, start: &SimFs, run: Run, to: u64, want: &Refs, seed: u64, out: &mut Sweep) {
     let total = {
         let fs = start.crash_image(DirFate::KeepAll, FileFate::KeepAll);
-        run_rollback(&fs, to).unwrap_or_else(|e| panic!("the uncut rollback to {to}: {e}"));
+        run.go(&fs, to)
+            .unwrap_or_else(|e| panic!("{label}: the uncut run: {e}"));
         let total = fs.ops();
         assert_eq!(
             check_open(&fs, to, want),
             Ok(Opened::At(to)),
-            "the uncut rollback to {to}"
+            "{label}: the uncut run"
         );
         total
     };
@@ -325,10 +348,10 @@ fn sweep(start: &SimFs, to: u64, want: &Refs, seed: u64, out: &mut Sweep) {
     for k in 1..=total {
         let fs = start.crash_image(DirFate::KeepAll, FileFate::KeepAll);
         fs.set_cut_at(Some(k));
-        let r = run_rollback(&fs, to);
+        let r = run.go(&fs, to);
         assert!(
             fs.is_dead(),
-            "to {to}: cut {k} of {total} never fired ({r:?})"
+            "{label}: cut {k} of {total} never fired ({r:?})"
         );
         out.cuts += 1;
         let (op, path) = fs.stats().log[k as usize - 1].clone();
@@ -343,7 +366,7 @@ fn sweep(start: &SimFs, to: u64, want: &Refs, seed: u64, out: &mut Sweep) {
                 out.states += 1;
                 if let Err(e) = check_image(&img, to, want, out) {
                     out.failures.push(format!(
-                        "to {to}: cut {k}/{total} at {op:?} {} ({n} dir ops pending), {d:?} \
+                        "{label}: cut {k}/{total} at {op:?} {} ({n} dir ops pending), {d:?} \
                          {f:?}: {e}",
                         path.display()
                     ));
@@ -351,6 +374,26 @@ fn sweep(start: &SimFs, to: u64, want: &Refs, seed: u64, out: &mut Sweep) {
             }
         }
     }
+}
+
+/// The home `start` with a rollback to `to` cut right after its `nth` directory fsync
+/// (1: the first intent is durable, the app step not begun; 2: the intent's rewrite to the
+/// stores step is durable, no store written), nothing unsynced kept.
+fn interrupted_after_dir_sync(start: &SimFs, to: u64, nth: usize) -> SimFs {
+    let probe = start.crash_image(DirFate::KeepAll, FileFate::KeepAll);
+    run_rollback(&probe, to).unwrap();
+    let log = probe.stats().log;
+    let k = log
+        .iter()
+        .enumerate()
+        .filter(|(_, (op, _))| *op == flushpoint::SimOp::SyncDir)
+        .nth(nth - 1)
+        .map(|(i, _)| i as u64 + 2)
+        .unwrap_or_else(|| panic!("the rollback fsyncs the directory {nth} times: {log:?}"));
+    let fs = start.crash_image(DirFate::KeepAll, FileFate::KeepAll);
+    fs.set_cut_at(Some(k));
+    assert!(run_rollback(&fs, to).is_err() && fs.is_dead());
+    fs.crash_image(DirFate::KeepAll, FileFate::DropAll)
 }
 
 #[test]
@@ -361,28 +404,77 @@ fn power_cut_at_every_op_of_a_rollback_is_finished_or_refused_never_wrong() {
     let start = synced_to(TOP);
     let top = reference(TOP);
     let mut s = Sweep::default();
-    for to in TARGETS {
-        let want = Refs {
-            target: reference(to),
-            top: top.clone(),
-        };
-        sweep(&start, to, &want, seed, &mut s);
+    let refs: Vec<(u64, Refs)> = TARGETS
+        .iter()
+        .map(|&to| {
+            (
+                to,
+                Refs {
+                    target: reference(to),
+                    top: top.clone(),
+                },
+            )
+        })
+        .collect();
+    for (to, want) in &refs {
+        sweep(
+            &format!("rollback to {to}"),
+            &start,
+            Run::Rollback,
+            *to,
+            want,
+            seed,
+            &mut s,
+        );
     }
-    println!(
-        "rollback_power_cut: {} cuts ({:?}); open refused {} (interrupted), opened at the \
-         target {}, opened untouched {}; in {:.1?}",
-        s.cuts,
-        s.cuts_by_op,
-        s.refused,
-        s.opened_at_target,
-        s.opened_untouched,
-        started.elapsed()
-    );
-    println!(
-        "{} rollback cut states, {} failures",
-        s.states,
-        s.failures.len()
-    );
+    report(&s, "the rollbacks", seed);
+    // The recoveries, cut too: an open finishing the stores step, a rerun finishing from
+    // the app step.
+    for (to, want) in &refs {
+        let to = *to;
+        let stores_step = interrupted_after_dir_sync(&start, to, 2);
+        assert_eq!(
+            check_open(
+                &stores_step.crash_image(DirFate::KeepAll, FileFate::KeepAll),
+                to,
+                want
+            ),
+            Ok(Opened::At(to)),
+            "an open finishes the stores step"
+        );
+        sweep(
+            &format!("open finishing the rollback to {to}"),
+            &stores_step,
+            Run::Open,
+            to,
+            want,
+            seed,
+            &mut s,
+        );
+        let app_step = interrupted_after_dir_sync(&start, to, 1);
+        assert!(
+            matches!(
+                check_open(
+                    &app_step.crash_image(DirFate::KeepAll, FileFate::KeepAll),
+                    to,
+                    want
+                ),
+                Ok(Opened::Refused)
+            ),
+            "an open refuses the app step"
+        );
+        sweep(
+            &format!("rerun of the rollback to {to} from its app step"),
+            &app_step,
+            Run::Rollback,
+            to,
+            want,
+            seed,
+            &mut s,
+        );
+    }
+    println!("rollback_power_cut: in {:.1?}", started.elapsed());
+    report(&s, "the rollbacks and their recoveries", seed);
     for kind in [
         "Create", "Write", "SyncData", "SyncAll", "Rename", "Unlink", "SyncDir",
     ] {
@@ -395,6 +487,20 @@ fn power_cut_at_every_op_of_a_rollback_is_finished_or_refused_never_wrong() {
     assert!(
         s.refused > 0 && s.opened_at_target > 0 && s.opened_untouched > 0,
         "every outcome is reached: {s:?}"
+    );
+}
+
+/// Prints the figures so far; fails with the first failures, if any.
+fn report(s: &Sweep, what: &str, seed: u64) {
+    println!(
+        "rollback_power_cut: {what}: {} cuts ({:?}); open refused {} (interrupted), opened \
+         at the target {}, opened untouched {}",
+        s.cuts, s.cuts_by_op, s.refused, s.opened_at_target, s.opened_untouched,
+    );
+    println!(
+        "{} rollback cut states, {} failures",
+        s.states,
+        s.failures.len()
     );
     if !s.failures.is_empty() {
         for f in s.failures.iter().take(12) {
