@@ -77,6 +77,9 @@ struct Intent {
     step: Step,
     /// The state at `to`, when the state must be lowered to it.
     state: Option<State>,
+    /// Written by the tool before the rollback moved into the library: the text `to\n`.
+    /// That tool lowered the state, then the block store, and never the app.
+    legacy: bool,
 }
 
 impl Record for Intent {
@@ -105,7 +108,12 @@ impl Record for Intent {
             1 => Some(State::decode_payload(r)?),
             _ => return Err(CorruptReason::Invalid("rollback state flag is not 0 or 1")),
         };
-        Ok(Intent { to, step, state })
+        Ok(Intent {
+            to,
+            step,
+            state,
+            legacy: false,
+        })
     }
 }
 
@@ -145,6 +153,16 @@ fn read_intent(fs: &dyn FileSystem, dir: &Path) -> Result<Option<Intent>> {
     let mut bytes = vec![0; len as usize];
     f.read_at(0, &mut bytes)
         .map_err(home_io(dir, "read the rollback intent"))?;
+    if let Some(to) = legacy_target(&bytes) {
+        // Refused on open like an app step (its state step may not be done); `rollback`
+        // finishes it or starts over.
+        return Ok(Some(Intent {
+            to,
+            step: Step::App,
+            state: None,
+            legacy: true,
+        }));
+    }
     decode::<Intent>(ROLLBACK_INTENT_FILE.as_bytes(), &bytes)
         .map(Some)
         .map_err(|reason| Error::Corrupt {
@@ -153,6 +171,16 @@ fn read_intent(fs: &dyn FileSystem, dir: &Path) -> Result<Option<Intent>> {
             height: None,
             reason,
         })
+}
+
+/// The target of an intent written by the tool before this module (decimal text and a
+/// newline), which a framed record never is (its first byte is the format version, 1).
+fn legacy_target(bytes: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(bytes.strip_suffix(b"\n")?).ok()?;
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
 }
 
 /// Writes the intent durably: temporary file, fsync, rename, directory fsync.
@@ -243,7 +271,11 @@ pub(crate) fn finish_or_refuse(home: &Home) -> Result<()> {
             to: intent.to,
             block_store_height: bs.height(),
             state_height: st.height()?,
-            step: intent.step.name(),
+            step: if intent.legacy {
+                "state (an older build's rollback)"
+            } else {
+                intent.step.name()
+            },
         });
     }
     tracing::info!(
@@ -325,11 +357,22 @@ pub fn rollback(home: &Home, app: &mut dyn App, to: u64) -> Result<RollbackRepor
                 in_progress: i.to,
             }));
         }
-        Some(i) => {
+        // The older tool lowered the state first: done, only its block store step is left;
+        // not done, it had written nothing but the intent, which the new one replaces.
+        Some(i) if i.legacy && st.height()? == to => {
+            report.finished_interrupted = true;
+            Intent {
+                to,
+                step: Step::Stores,
+                state: None,
+                legacy: false,
+            }
+        }
+        Some(i) if !i.legacy => {
             report.finished_interrupted = true;
             i
         }
-        None => {
+        _ => {
             let Some(current) = state else {
                 return Err(refuse(RollbackRefusal::NoState));
             };
@@ -379,6 +422,7 @@ pub fn rollback(home: &Home, app: &mut dyn App, to: u64) -> Result<RollbackRepor
                 to,
                 step: if a > to { Step::App } else { Step::Stores },
                 state: new_state,
+                legacy: false,
             };
             // Step 2: the intent, durable before any database changes: from here on every
             // crash leaves it, so Home::open and a rerun know a rollback is under way.
@@ -512,6 +556,7 @@ mod tests {
             to: 7,
             step: Step::App,
             state: None,
+            legacy: false,
         };
         write_intent(&fs, dir, &i).unwrap();
         assert_eq!(read_intent(&fs, dir).unwrap(), Some(i));
@@ -523,5 +568,23 @@ mod tests {
         assert!(matches!(read_intent(&fs, dir), Err(Error::Corrupt { .. })));
         remove_intent(&fs, dir).unwrap();
         assert_eq!(read_intent(&fs, dir).unwrap(), None);
+    }
+
+    #[test]
+    fn a_legacy_text_intent_is_read_and_nothing_else_is_taken_for_one() {
+        assert_eq!(legacy_target(b"12\n"), Some(12));
+        for bad in [&b"12"[..], b"\n", b"-1\n", b"1 2\n", b"\x01\x30\n", b""] {
+            assert_eq!(legacy_target(bad), None, "{bad:?}");
+        }
+        let framed = encode(
+            ROLLBACK_INTENT_FILE.as_bytes(),
+            &Intent {
+                to: 12,
+                step: Step::Stores,
+                state: None,
+                legacy: false,
+            },
+        );
+        assert_eq!(legacy_target(&framed), None);
     }
 }

@@ -168,6 +168,40 @@ fn every_variant_has_its_kind() {
             ErrorKind::Inconsistent,
         ),
         (
+            Error::AppCannotRollBack {
+                to: 1,
+                app_height: 30,
+                lowest: Some(14),
+            },
+            ErrorKind::Inconsistent,
+        ),
+        (
+            Error::RollbackRefused {
+                to: 1,
+                heights,
+                reason: flushpoint::RollbackRefusal::BelowBase { base: 5 },
+            },
+            ErrorKind::Inconsistent,
+        ),
+        (
+            Error::RollbackRefused {
+                to: 1,
+                heights,
+                reason: flushpoint::RollbackRefusal::OtherInProgress { in_progress: 2 },
+            },
+            ErrorKind::Interrupted,
+        ),
+        (
+            Error::RollbackInterrupted {
+                path: "/tmp/h".into(),
+                to: 1,
+                block_store_height: 3,
+                state_height: 3,
+                step: "app",
+            },
+            ErrorKind::Interrupted,
+        ),
+        (
             Error::NotYetDurable { what: "the state" },
             ErrorKind::NotYetDurable,
         ),
