@@ -357,13 +357,15 @@ pub fn rollback(home: &Home, app: &mut dyn App, to: u64) -> Result<RollbackRepor
                 in_progress: i.to,
             }));
         }
-        // The older tool lowered the state first: done, only its block store step is left;
-        // not done, it had written nothing but the intent, which the new one replaces.
+        // The older tool lowered the state first: done, its block store step is left (and
+        // the app's, should the app be above `to`); not done, it had written nothing but the
+        // intent, which the new one replaces.
         Some(i) if i.legacy && st.height()? == to => {
             report.finished_interrupted = true;
+            // Through the app step: a no-op unless the app is above `to`.
             Intent {
                 to,
-                step: Step::Stores,
+                step: Step::App,
                 state: None,
                 legacy: false,
             }

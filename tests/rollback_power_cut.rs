@@ -592,3 +592,50 @@ fn checks_reject_a_half_rolled_back_home_without_intent_and_a_wrong_app_value() 
         "{e}"
     );
 }
+
+/// An intent left by the tool before the rollback moved into the library (the text `to\n`,
+/// written after nothing or after its state step): the open refuses it, a rerun finishes it
+/// to the straight-synced home.
+#[test]
+fn an_older_tools_text_intent_is_refused_on_open_and_finished_by_a_rerun() {
+    let to = TOP - 2;
+    let want = Refs {
+        target: reference(to),
+        top: reference(TOP),
+    };
+    let state_at_to = {
+        let home = Home::open_on(Arc::new(synced_to(to)), &home(), &options()).unwrap();
+        flushpoint::StateStore::open(home.state_db.clone() as Arc<dyn Db>)
+            .load_state()
+            .unwrap()
+            .unwrap()
+    };
+    for state_lowered in [false, true] {
+        let fs = synced_to(TOP);
+        {
+            let home =
+                Home::open_for_rollback_on(Arc::new(fs.clone()), &home(), &options()).unwrap();
+            if state_lowered {
+                flushpoint::StateStore::open(home.state_db.clone() as Arc<dyn Db>)
+                    .rollback_to(&state_at_to, TOP)
+                    .unwrap();
+            }
+            let f = fs
+                .open_file(
+                    &home.path().join(ROLLBACK_INTENT_FILE),
+                    flushpoint::OpenMode::CreateTruncate,
+                )
+                .unwrap();
+            f.write_at(0, format!("{to}\n").as_bytes()).unwrap();
+        }
+        let img = fs.crash_image(DirFate::KeepAll, FileFate::KeepAll);
+        assert_eq!(
+            check_open(&img, to, &want),
+            Ok(Opened::Refused),
+            "state lowered: {state_lowered}"
+        );
+        let img = fs.crash_image(DirFate::KeepAll, FileFate::KeepAll);
+        check_rerun(&img, to, &want)
+            .unwrap_or_else(|e| panic!("state lowered: {state_lowered}: {e}"));
+    }
+}

@@ -600,7 +600,7 @@ mod tests {
             Tx::Set(key(0), Bytes::from(format!("v{h}"))).encode(),
             Tx::Set(key(1), Bytes::from(format!("w{h}"))).encode(),
         ];
-        if h % 3 == 0 {
+        if h.is_multiple_of(3) {
             txs.push(Tx::Delete(key(2)).encode());
         }
         if h == 5 {
