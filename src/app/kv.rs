@@ -628,18 +628,34 @@ mod tests {
         .unwrap()
         .into_iter()
         .collect();
-        (app.durable().unwrap(), data)
+        (app.committed().unwrap(), data)
     }
 
     /// Commits blocks 1..=n, returning the snapshot after each height (index = height).
+    /// Blocks 4..=9 are held (as in block sync) and written at flush points after 6 and 9,
+    /// so undo records go through the overlay too.
     fn committed(n: u64) -> (KvApp<MemoryDb>, Vec<Snapshot>) {
         let mut app = KvApp::open(Arc::new(HoldingDb::new(MemoryDb::new("app")))).unwrap();
         let mut snaps = vec![snapshot(&app)];
         for h in 1..=n {
+            if h == 4 {
+                assert!(app.hold().unwrap());
+            }
             app.execute_block(&block(h)).unwrap();
             app.commit().unwrap();
+            if h == 6 || h == 9 {
+                app.write_held().unwrap();
+            }
+            if h == 9 {
+                app.stop_holding().unwrap();
+            }
             snaps.push(snapshot(&app));
         }
+        if n >= 4 && n < 9 {
+            app.write_held().unwrap();
+            app.stop_holding().unwrap();
+        }
+        assert_eq!(app.durable().unwrap(), app.committed().unwrap());
         (app, snaps)
     }
 
@@ -693,6 +709,13 @@ mod tests {
             other => panic!("expected AppCannotRollBack, got {other:?}"),
         }
         assert_eq!(snapshot(&app), snaps[N as usize], "a refusal wrote nothing");
+        // Not while holding: held commits have no durable undo records yet.
+        app.hold().unwrap();
+        assert!(matches!(
+            app.rollback_to(N - 1),
+            Err(Error::InvalidInput(_))
+        ));
+        app.stop_holding().unwrap();
         // A young app rolls back to 0, the empty app.
         let (mut young, snaps) = committed(3);
         assert_eq!(young.rollback_floor().unwrap(), Some(0));
