@@ -651,7 +651,7 @@ mod tests {
             }
             snaps.push(snapshot(&app));
         }
-        if n >= 4 && n < 9 {
+        if (4..9).contains(&n) {
             app.write_held().unwrap();
             app.stop_holding().unwrap();
         }
