@@ -95,6 +95,9 @@ pub enum ErrorKind {
     /// documented contract. The node is poisoned and wrote nothing past the broken call:
     /// fix the implementation, then restart (the handshake checks the home).
     Contract,
+    /// An operation on the home (a rollback) was interrupted and only its rerun can finish
+    /// it: the home is refused until then. Nothing is lost; rerun the operation.
+    Interrupted,
 }
 
 /// The first failure that poisoned a handle: its kind and its message. The
@@ -316,6 +319,88 @@ pub enum Error {
         /// What the implementation reported.
         found: u64,
     },
+    /// A rollback was refused before anything was written: the home cannot be rolled back
+    /// to `to` as it stands.
+    #[error("cannot roll back to {to} ({heights}): {reason}; nothing was changed")]
+    RollbackRefused {
+        /// The height asked for.
+        to: u64,
+        /// The heights found on disk.
+        heights: Heights,
+        /// Why it was refused.
+        reason: RollbackRefusal,
+    },
+    /// The app cannot roll back to `to`: it keeps no undo history (`lowest` is `None`) or
+    /// its history reaches down to `lowest` only. Nothing was written.
+    #[error(
+        "cannot roll back to {to}: the app is at {app_height} and {}",
+        match lowest {
+            Some(l) => format!("can roll back to {l} at the lowest (its undo log keeps a bounded window of blocks)"),
+            None => "cannot roll back (it keeps no undo log)".to_string(),
+        }
+    )]
+    AppCannotRollBack {
+        /// The height asked for.
+        to: u64,
+        /// The app's durable height.
+        app_height: u64,
+        /// The lowest height the app can roll back to, if it can roll back at all.
+        lowest: Option<u64>,
+    },
+    /// A home holds an interrupted rollback whose remaining steps need the app (which
+    /// `Home::open` does not have): the home is refused, nothing was changed; rerun the
+    /// rollback to `to` to finish it.
+    #[error(
+        "home {path}: a rollback to height {to} was interrupted in its {step} step (block store {block_store_height}, state {state_height}); nothing was changed: rerun the rollback to {to} to finish it"
+    )]
+    RollbackInterrupted {
+        /// The home directory.
+        path: PathBuf,
+        /// The height the interrupted rollback targets.
+        to: u64,
+        /// The block store's height found.
+        block_store_height: u64,
+        /// The state's height found.
+        state_height: u64,
+        /// The step the rollback was in when it was interrupted.
+        step: &'static str,
+    },
+}
+
+/// Why [`Error::RollbackRefused`] refused a rollback.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RollbackRefusal {
+    /// The home has no saved state: there is nothing to roll back.
+    #[error("the home has no saved state")]
+    NoState,
+    /// A crash inside a flush point left a shape the handshake repairs by rolling forward:
+    /// open the node once (or repair) first.
+    #[error(
+        "a crash inside a flush point left it (flush record {record}): the handshake must roll it forward first"
+    )]
+    NeedsRepair {
+        /// The flush record, rendered.
+        record: String,
+    },
+    /// The heights form a shape the handshake refuses.
+    #[error("{0}")]
+    Unrepairable(&'static str),
+    /// The block store's lowest block is above `to + 1` (pruned below).
+    #[error("the block store's lowest block is {base} (pruned below)")]
+    BelowBase {
+        /// The block store's base.
+        base: u64,
+    },
+    /// Another rollback, to `in_progress`, was interrupted: finish it first.
+    #[error("an interrupted rollback to {in_progress} is in progress: finish it first")]
+    OtherInProgress {
+        /// The interrupted rollback's target.
+        in_progress: u64,
+    },
+    /// The state at `to` cannot be rebuilt from the stored history and blocks.
+    #[error("the state at the target cannot be rebuilt: {0}")]
+    StateRebuild(String),
 }
 
 impl Error {
@@ -380,9 +465,15 @@ impl Error {
             Error::NotFound { .. } | Error::Pruned { .. } => ErrorKind::NotFound,
             Error::HomeLocked { .. } => ErrorKind::Locked,
             Error::HomeVersion { .. } | Error::GenesisMismatch { .. } => ErrorKind::Incompatible,
-            Error::Inconsistent { .. } | Error::AppHashMismatch { .. } | Error::Rollback(_) => {
-                ErrorKind::Inconsistent
-            }
+            Error::Inconsistent { .. }
+            | Error::AppHashMismatch { .. }
+            | Error::Rollback(_)
+            | Error::AppCannotRollBack { .. } => ErrorKind::Inconsistent,
+            Error::RollbackRefused { reason, .. } => match reason {
+                RollbackRefusal::OtherInProgress { .. } => ErrorKind::Interrupted,
+                _ => ErrorKind::Inconsistent,
+            },
+            Error::RollbackInterrupted { .. } => ErrorKind::Interrupted,
             Error::NotYetDurable { .. } => ErrorKind::NotYetDurable,
             Error::Contract { .. } => ErrorKind::Contract,
         }

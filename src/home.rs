@@ -21,7 +21,7 @@ use crate::fs::{FileSystem, FsFile, OpenMode, StdFs, create_dir_all_durably};
 /// The home layout version this build reads and writes.
 pub const HOME_FORMAT_VERSION: u32 = 1;
 
-const FORMAT_FILE: &str = "FORMAT";
+pub(crate) const FORMAT_FILE: &str = "FORMAT";
 const LOCK_FILE: &str = "LOCK";
 /// File name of the block store database.
 pub const BLOCK_STORE_FILE: &str = "blockstore.redb";
@@ -52,6 +52,7 @@ pub struct Home {
     path: PathBuf,
     /// Kept for the `Home`'s own lifetime; each database holds a clone.
     _lock: Arc<HomeLock>,
+    fs: Arc<dyn FileSystem>,
     /// The block store's database.
     pub block_store_db: Arc<RedbDb>,
     /// The state's database.
@@ -96,7 +97,25 @@ impl Home {
 
     /// As [`Home::open_with`], on the file system `fs` (tests pass a simulated one): every
     /// file operation of the home and of its databases goes through it.
+    ///
+    /// A rollback interrupted by a crash is finished here when its remaining steps need no
+    /// app (the databases are then at its target when this returns `Ok`); otherwise the home
+    /// is refused with [`Error::RollbackInterrupted`], nothing changed (see
+    /// [`crate::rollback`]).
     pub fn open_on(fs: Arc<dyn FileSystem>, path: &Path, options: &RedbOptions) -> Result<Home> {
+        let home = Self::open_unchecked(fs, path, options)?;
+        // Never hand out a half-rolled-back home: the handshake would take its shape for a
+        // crash it repairs and undo the rollback.
+        crate::rollback::finish_or_refuse(&home)?;
+        Ok(home)
+    }
+
+    /// As [`Home::open_on`], leaving an interrupted rollback as it is (for the rollback).
+    pub(crate) fn open_unchecked(
+        fs: Arc<dyn FileSystem>,
+        path: &Path,
+        options: &RedbOptions,
+    ) -> Result<Home> {
         // The directory's entry must be durable before anything in it is: a synced database
         // in a directory whose own name a power cut loses is lost with it.
         create_dir_all_durably(&*fs, path).map_err(home_err(path, "create directory"))?;
@@ -128,6 +147,7 @@ impl Home {
             app_db: open(APP_FILE, "app")?,
             path: path.to_path_buf(),
             _lock: lock,
+            fs,
         })
     }
 
@@ -183,5 +203,10 @@ impl Home {
     /// The home's directory.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The file system the home was opened on.
+    pub(crate) fn fs(&self) -> &dyn FileSystem {
+        &*self.fs
     }
 }

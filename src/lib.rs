@@ -65,18 +65,21 @@ mod holding;
 mod home;
 mod node;
 mod poison;
+mod rollback;
 pub(crate) mod store;
 pub mod testing;
 mod types;
 
-pub use app::{App, AppInfo, KvApp, Tx};
+pub use app::{App, AppInfo, KvApp, Tx, UNDO_RETENTION_BLOCKS};
 pub use chain::{ChainSpec, Profile};
 pub use db::{
     BackendCounters, BackendCounts, Batch, CountingBackend, CountingDb, Db, DbIter, Direction,
     Durability, Entry, KeyRange, MemoryDb, Op, RedbDb, RedbOptions, SyncCounters, SyncCounts,
     collect_range, fsync_dir,
 };
-pub use error::{BoxError, CorruptReason, Error, ErrorKind, Heights, PoisonCause, Result, hex};
+pub use error::{
+    BoxError, CorruptReason, Error, ErrorKind, Heights, PoisonCause, Result, RollbackRefusal, hex,
+};
 pub use fs::{
     DirFate, FileFate, FileSystem, FsBackend, FsFile, OpenMode, SimFile, SimFs, SimOp, SimStats,
     StdFile, StdFs, create_dir_all_durably,
@@ -92,4 +95,5 @@ pub use store::{
     BlockStore, HISTORY_CHECKPOINT_INTERVAL, PRUNE_BATCH_BLOCKS, STATE_PRUNE_BATCH_HEIGHTS,
     StatePruneReport, StateStore,
 };
+pub use rollback::{ROLLBACK_INTENT_FILE, RollbackReport, pending_rollback, rollback};
 pub use types::*;

@@ -168,8 +168,90 @@ fn every_variant_has_its_kind() {
             ErrorKind::Inconsistent,
         ),
         (
+            Error::AppCannotRollBack {
+                to: 1,
+                app_height: 30,
+                lowest: Some(14),
+            },
+            ErrorKind::Inconsistent,
+        ),
+        (
+            Error::RollbackRefused {
+                to: 1,
+                heights,
+                reason: flushpoint::RollbackRefusal::BelowBase { base: 5 },
+            },
+            ErrorKind::Inconsistent,
+        ),
+        (
+            Error::RollbackRefused {
+                to: 1,
+                heights,
+                reason: flushpoint::RollbackRefusal::OtherInProgress { in_progress: 2 },
+            },
+            ErrorKind::Interrupted,
+        ),
+        (
+            Error::RollbackInterrupted {
+                path: "/tmp/h".into(),
+                to: 1,
+                block_store_height: 3,
+                state_height: 3,
+                step: "app",
+            },
+            ErrorKind::Interrupted,
+        ),
+        (
             Error::NotYetDurable { what: "the state" },
             ErrorKind::NotYetDurable,
+        ),
+        (
+            Error::IncompletePartSet {
+                height: 2,
+                have: 1,
+                total: 3,
+            },
+            ErrorKind::InvalidInput,
+        ),
+        (
+            Error::InvalidBlock {
+                height: 2,
+                reason: "data hash does not match the transactions".into(),
+            },
+            ErrorKind::InvalidInput,
+        ),
+        (
+            Error::AppHashMismatch {
+                height: 2,
+                expected: "aa".into(),
+                got: "bb".into(),
+            },
+            ErrorKind::Inconsistent,
+        ),
+        (
+            Error::GenesisMismatch {
+                stored: "aa".into(),
+                given: "bb".into(),
+            },
+            ErrorKind::Incompatible,
+        ),
+        (
+            Error::Pruned {
+                db: "state".into(),
+                what: "results",
+                height: 3,
+                base: 10,
+            },
+            ErrorKind::NotFound,
+        ),
+        (
+            Error::InvalidRetainHeight {
+                db: "state".into(),
+                retain_height: 0,
+                base: 0,
+                state_height: 9,
+            },
+            ErrorKind::InvalidInput,
         ),
         (
             Error::Contract {

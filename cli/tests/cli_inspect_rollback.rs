@@ -91,3 +91,83 @@ fn rollback_below_the_app_is_refused_and_rollback_above_it_then_sync_matches_unc
     assert_eq!(j["heights"], reference["heights"]);
     assert_eq!(j["app_hash"], reference["app_hash"]);
 }
+
+#[test]
+fn rollback_below_the_app_within_its_undo_window_then_sync_matches_uncut() {
+    let dir = tempfile::tempdir().unwrap();
+    let reference = sync_json(&dir.path().join("ref"), 30, 2, 1);
+    let home = dir.path().join("home");
+    sync_json(&home, 30, 2, 1);
+    // 32 blocks: the undo window reaches down to 32 − 16 = 16.
+    let to = 32 - flushpoint::UNDO_RETENTION_BLOCKS;
+    let o = run(&[
+        "rollback",
+        "--home",
+        home.to_str().unwrap(),
+        "--to",
+        &(to - 1).to_string(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("roll back to {to} or higher")),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&[
+        "rollback",
+        "--home",
+        home.to_str().unwrap(),
+        "--to",
+        &to.to_string(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("undo log"), "{}", stdout(&o));
+    let j = inspect(&home);
+    assert_eq!(j["classification"]["case"], "consistent");
+    for db in ["block_store", "state", "app"] {
+        assert_eq!(j["heights"][db], to, "{db}: {j}");
+    }
+    let again = sync_json(&home, 30, 2, 1);
+    assert_eq!(again["heights"], reference["heights"]);
+    assert_eq!(again["app_hash"], reference["app_hash"]);
+}
+
+/// A home holding an interrupted rollback (here the older tool's text intent, written before
+/// its first database change): `sync` refuses it naming the command that finishes it,
+/// `inspect` shows it and changes nothing, and that command finishes it.
+#[test]
+fn an_interrupted_rollback_is_refused_by_sync_shown_by_inspect_and_finished_by_rollback() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    sync_json(&home, 30, 2, 1);
+    std::fs::write(home.join(flushpoint::ROLLBACK_INTENT_FILE), "20\n").unwrap();
+    let h = home.to_str().unwrap();
+    let o = run(&[
+        "sync",
+        "--home",
+        h,
+        "--blocks",
+        "30",
+        "--consensus-blocks",
+        "2",
+        "--seed",
+        "1",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains(&format!("flushpoint rollback --home {h} --to 20")),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(stderr(&o).trim().lines().count(), 1);
+    let j = inspect(&home);
+    assert_eq!(j["rollback_in_progress"], 20);
+    assert_eq!(j["classification"]["verdict"], "rollback-in-progress");
+    assert_eq!(j["heights"]["state"], 32, "inspect changed the home");
+    let o = run(&["rollback", "--home", h, "--to", "20"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j = inspect(&home);
+    assert_eq!(j["rollback_in_progress"], serde_json::Value::Null);
+    assert_eq!(j["classification"]["case"], "consistent");
+    assert_eq!(j["heights"]["app"], 20);
+}

@@ -8,7 +8,15 @@
 //! App hash: `sha256(previous app hash ‖ height ‖ the block's writes in key order)`, a hash
 //! chain that commits to every state change, so equal hashes mean equal states.
 //!
-//! Keeps no undo log, so it cannot roll back (`rollback_to` refuses).
+//! Undo log: each commit of block h writes, in the same batch as its values and meta, an
+//! undo record for h (the meta before h and the stored value each written key had before
+//! h), and deletes the undo record of h − [`UNDO_RETENTION_BLOCKS`]. So the undo records
+//! are durable exactly when the commit is (held and written at flush points with it), and
+//! the app can roll its durable state back to any height down to
+//! `durable height − UNDO_RETENTION_BLOCKS` ([`App::rollback_to`]) in one synced batch.
+//!
+//! Invariant: the undo records form one contiguous run of heights ending at the durable
+//! height (or none): every commit adds the next one and a rollback removes the top ones.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,7 +26,7 @@ use sha2::{Digest, Sha256};
 
 use super::{App, AppInfo};
 use crate::codec::{Reader, RecordKind, Writer, keys};
-use crate::db::{Batch, Db, Durability};
+use crate::db::{Batch, Db, Direction, Durability, KeyRange};
 use crate::error::{CorruptReason, Error, Result};
 use crate::holding::HoldingDb;
 use crate::types::{
@@ -27,6 +35,22 @@ use crate::types::{
 
 /// Key of the halt-height parameter in the app's key space.
 pub const HALT_HEIGHT_KEY: &[u8] = b"param/halt_height";
+
+/// How many blocks (unit: blocks, counted down from the app's durable height) the demo app
+/// keeps undo records for: it can roll back to `height − UNDO_RETENTION_BLOCKS` at the
+/// lowest.
+///
+/// Why this bound: a rollback is how an operator recovers from a bad block (an app-hash
+/// mismatch or a bad upgrade) found soon after it was committed: a mismatch shows at the
+/// next block, and CometBFT's own rollback goes back one height. Sixteen blocks leave a wide
+/// margin for that while the undo log stays a fixed window (sixteen records, one deleted
+/// per commit, each about the size of the block's writes' keys and prior values), never a
+/// second copy of the history.
+pub const UNDO_RETENTION_BLOCKS: u64 = 16;
+const _: () = assert!(
+    UNDO_RETENTION_BLOCKS >= 1,
+    "a rollback of one block needs one undo record"
+);
 
 /// A demo-app transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,6 +169,61 @@ impl Record for AppValue {
     }
 }
 
+/// The undo record of one block: the app's meta before it, and for each key the block wrote,
+/// the stored record under that key before it (`None`: the key was absent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct AppUndo {
+    prev: AppInfo,
+    entries: Vec<(Bytes, Option<Bytes>)>,
+}
+
+/// Smallest encoded entry: a 4-byte key length and a 1-byte flag.
+const UNDO_ENTRY_BYTES_MIN: usize = 4 + 1;
+
+impl Record for AppUndo {
+    const KIND: RecordKind = RecordKind::AppUndo;
+    fn encode_payload(&self, w: &mut Writer) {
+        w.u64(self.prev.height).hash(&self.prev.app_hash);
+        w.u32(
+            u32::try_from(self.entries.len())
+                .expect("invariant: fewer than 2^32 writes in a block"),
+        );
+        for (k, v) in &self.entries {
+            w.bytes(k);
+            match v {
+                Some(v) => {
+                    w.u8(1).bytes(v);
+                }
+                None => {
+                    w.u8(0);
+                }
+            }
+        }
+    }
+    fn decode_payload(r: &mut Reader<'_>) -> std::result::Result<Self, CorruptReason> {
+        let prev = AppInfo {
+            height: r.u64()?,
+            app_hash: r.hash()?,
+        };
+        let n = r.count(UNDO_ENTRY_BYTES_MIN)?;
+        let mut entries = Vec::with_capacity(n);
+        for _ in 0..n {
+            let k = Bytes::copy_from_slice(r.bytes()?);
+            let v = match r.u8()? {
+                0 => None,
+                1 => Some(Bytes::copy_from_slice(r.bytes()?)),
+                _ => return Err(CorruptReason::Invalid("undo entry flag is not 0 or 1")),
+            };
+            entries.push((k, v));
+        }
+        Ok(AppUndo { prev, entries })
+    }
+}
+
+fn undo_key(height: u64) -> [u8; 9] {
+    keys::height_key(keys::APP_UNDO, height)
+}
+
 fn data_key(key: &[u8]) -> Bytes {
     let mut k = BytesMut::with_capacity(1 + key.len());
     k.put_u8(keys::APP_DATA);
@@ -233,6 +312,33 @@ impl<D: Db> KvApp<D> {
             })
     }
 
+    fn corrupt(db: &HoldingDb<D>, key: &[u8], reason: CorruptReason) -> Error {
+        Error::Corrupt {
+            db: db.name().to_string(),
+            key: key.to_vec(),
+            height: keys::height_of(key),
+            reason,
+        }
+    }
+
+    /// The durable undo records' heights, highest first, while they run contiguously down
+    /// from `top`.
+    fn durable_undo_run(&self, top: u64) -> Result<u64> {
+        let mut lowest = top + 1;
+        let range = KeyRange::between(
+            Bytes::copy_from_slice(&undo_key(0)),
+            Bytes::copy_from_slice(&undo_key(top + 1)),
+        );
+        for item in self.db.range_durable(range, Direction::Reverse)? {
+            let (k, _) = item?;
+            match keys::height_of(&k) {
+                Some(h) if h + 1 == lowest => lowest = h,
+                _ => break,
+            }
+        }
+        Ok(lowest)
+    }
+
     /// Reads `key` as of the last commit (held writes included).
     pub fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
         match self.db.get(&data_key(key))? {
@@ -306,10 +412,16 @@ impl<D: Db + 'static> App for KvApp<D> {
         hasher.update(self.committed.app_hash);
         hasher.update(p.height.to_be_bytes());
         let mut batch = Batch::new();
+        let mut undo = AppUndo {
+            prev: self.committed,
+            entries: Vec::with_capacity(p.writes.len()),
+        };
         for (k, v) in &p.writes {
             hasher.update((k.len() as u64).to_be_bytes());
             hasher.update(k);
             let dk = data_key(k);
+            // The stored record as of the previous commit (held writes included).
+            undo.entries.push((k.clone(), self.db.get(&dk)?));
             match v {
                 Some(v) => {
                     hasher.update([1]);
@@ -331,6 +443,15 @@ impl<D: Db + 'static> App for KvApp<D> {
         };
         let mk = keys::singleton(keys::APP_META);
         batch.put(Bytes::copy_from_slice(&mk), encode(&mk, &AppMeta(info)));
+        // The undo record goes in the commit's own batch: a commit is never durable without
+        // the record that undoes it, nor the record without the commit.
+        let uk = undo_key(p.height);
+        batch.put(Bytes::copy_from_slice(&uk), encode(&uk, &undo));
+        if p.height > UNDO_RETENTION_BLOCKS {
+            batch.delete(Bytes::copy_from_slice(&undo_key(
+                p.height - UNDO_RETENTION_BLOCKS,
+            )));
+        }
         self.db.write(&batch, Durability::Synced)?;
         if let Some(Some(v)) = p.writes.get(HALT_HEIGHT_KEY) {
             let at = u64::from_be_bytes(v.as_ref().try_into().unwrap_or([0; 8]));
@@ -381,5 +502,244 @@ impl<D: Db + 'static> App for KvApp<D> {
             Some(v) => Ok(Some(Self::decode_value(&self.db, key, &v)?)),
             None => Ok(None),
         }
+    }
+
+    /// The lowest height the undo records reach: `durable height − UNDO_RETENTION_BLOCKS`
+    /// on a home that has committed that many blocks (less on a younger one, or right after
+    /// a rollback).
+    fn rollback_floor(&self) -> Result<Option<u64>> {
+        let top = Self::read_meta(&self.db, true)?.height;
+        Ok(Some(self.durable_undo_run(top)?.saturating_sub(1)))
+    }
+
+    /// Applies the undo records of `durable height` down to `height + 1` (each key gets the
+    /// record it had before the lowest of them), deletes those records and writes the meta
+    /// as it was at `height`, all in one synced batch.
+    fn rollback_to(&mut self, height: u64) -> Result<AppInfo> {
+        if self.db.is_holding() || self.pending.is_some() {
+            return Err(Error::InvalidInput(
+                "the app cannot roll back while it holds or has executed a block".into(),
+            ));
+        }
+        let durable = Self::read_meta(&self.db, true)?;
+        if height > durable.height {
+            return Err(Error::InvalidInput(format!(
+                "the app cannot roll forward: asked for {height}, durable at {}",
+                durable.height
+            )));
+        }
+        if height == durable.height {
+            return Ok(durable);
+        }
+        let lowest = self.durable_undo_run(durable.height)?.saturating_sub(1);
+        if height < lowest {
+            return Err(Error::AppCannotRollBack {
+                to: height,
+                app_height: durable.height,
+                lowest: Some(lowest),
+            });
+        }
+        // Highest first, so each key ends with the record it had before block height + 1.
+        let mut restore: BTreeMap<Bytes, Option<Bytes>> = BTreeMap::new();
+        let mut batch = Batch::new();
+        let mut prev = durable;
+        for h in (height + 1..=durable.height).rev() {
+            let uk = undo_key(h);
+            let v = self.db.get_durable(&uk)?.ok_or_else(|| Error::NotFound {
+                db: self.db.name().to_string(),
+                what: format!("undo record of block {h}"),
+            })?;
+            let undo = decode::<AppUndo>(&uk, &v).map_err(|r| Self::corrupt(&self.db, &uk, r))?;
+            if undo.prev.height >= h {
+                return Err(Self::corrupt(
+                    &self.db,
+                    &uk,
+                    CorruptReason::Invalid("undo record's previous height is not below its block"),
+                ));
+            }
+            for (k, old) in undo.entries {
+                restore.insert(data_key(&k), old);
+            }
+            batch.delete(Bytes::copy_from_slice(&uk));
+            prev = undo.prev;
+        }
+        for (dk, old) in restore {
+            match old {
+                Some(rec) => batch.put(dk, rec),
+                None => batch.delete(dk),
+            };
+        }
+        let mk = keys::singleton(keys::APP_META);
+        if prev.height == 0 {
+            batch.delete(Bytes::copy_from_slice(&mk));
+        } else {
+            batch.put(Bytes::copy_from_slice(&mk), encode(&mk, &AppMeta(prev)));
+        }
+        self.db.write(&batch, Durability::Synced)?;
+        self.committed = prev;
+        self.halt_height = match self.db.get(&data_key(HALT_HEIGHT_KEY))? {
+            Some(v) => Self::decode_value(&self.db, HALT_HEIGHT_KEY, &v)?
+                .as_ref()
+                .try_into()
+                .map(u64::from_be_bytes)
+                .ok(),
+            None => None,
+        };
+        Ok(prev)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::{MemoryDb, collect_range};
+    use crate::types::Header;
+
+    /// Blocks that set, overwrite and delete a small key space, so undo records carry prior
+    /// values as well as absences.
+    fn block(h: u64) -> Block {
+        let key = |i: u64| Bytes::from(format!("k{}", (h * 7 + i) % 11));
+        let mut txs = vec![
+            Tx::Set(key(0), Bytes::from(format!("v{h}"))).encode(),
+            Tx::Set(key(1), Bytes::from(format!("w{h}"))).encode(),
+        ];
+        if h.is_multiple_of(3) {
+            txs.push(Tx::Delete(key(2)).encode());
+        }
+        if h == 5 {
+            txs.push(Tx::HaltAt(1_000).encode());
+        }
+        Block {
+            header: Header {
+                height: h,
+                ..Header::default()
+            },
+            txs,
+            ..Block::default()
+        }
+    }
+
+    type Snapshot = (AppInfo, BTreeMap<Bytes, Bytes>);
+
+    /// The app's info and its data keys (undo records and meta excluded).
+    fn snapshot(app: &KvApp<MemoryDb>) -> Snapshot {
+        let data = collect_range(
+            &**app.db(),
+            KeyRange::prefix(&[keys::APP_DATA]),
+            Direction::Forward,
+        )
+        .unwrap()
+        .into_iter()
+        .collect();
+        (app.committed().unwrap(), data)
+    }
+
+    /// Commits blocks 1..=n, returning the snapshot after each height (index = height).
+    /// Blocks 4..=9 are held (as in block sync) and written at flush points after 6 and 9,
+    /// so undo records go through the overlay too.
+    fn committed(n: u64) -> (KvApp<MemoryDb>, Vec<Snapshot>) {
+        let mut app = KvApp::open(Arc::new(HoldingDb::new(MemoryDb::new("app")))).unwrap();
+        let mut snaps = vec![snapshot(&app)];
+        for h in 1..=n {
+            if h == 4 {
+                assert!(app.hold().unwrap());
+            }
+            app.execute_block(&block(h)).unwrap();
+            app.commit().unwrap();
+            if h == 6 || h == 9 {
+                app.write_held().unwrap();
+            }
+            if h == 9 {
+                app.stop_holding().unwrap();
+            }
+            snaps.push(snapshot(&app));
+        }
+        if (4..9).contains(&n) {
+            app.write_held().unwrap();
+            app.stop_holding().unwrap();
+        }
+        assert_eq!(app.durable().unwrap(), app.committed().unwrap());
+        (app, snaps)
+    }
+
+    const N: u64 = UNDO_RETENTION_BLOCKS + 5;
+
+    #[test]
+    fn undo_log_rolls_back_to_every_height_in_the_window_exactly() {
+        for to in N - UNDO_RETENTION_BLOCKS..=N {
+            let (mut app, snaps) = committed(N);
+            assert_eq!(
+                app.rollback_floor().unwrap(),
+                Some(N - UNDO_RETENTION_BLOCKS)
+            );
+            let info = app.rollback_to(to).unwrap();
+            assert_eq!(info, snaps[to as usize].0, "rollback to {to}: info");
+            assert_eq!(snapshot(&app), snaps[to as usize], "rollback to {to}");
+            assert_eq!(app.committed().unwrap(), info);
+            assert_eq!(app.halt_height(), (to >= 5).then_some(1_000));
+            // A rerun is a no-op, and re-executing the blocks reaches the same hashes.
+            assert_eq!(app.rollback_to(to).unwrap(), info);
+            for h in to + 1..=N {
+                app.execute_block(&block(h)).unwrap();
+                app.commit().unwrap();
+                assert_eq!(snapshot(&app), snaps[h as usize], "replay of {h}");
+            }
+        }
+    }
+
+    #[test]
+    fn undo_log_keeps_exactly_the_window_and_refuses_below_it_naming_the_heights() {
+        let (mut app, snaps) = committed(N);
+        let undo = collect_range(
+            &**app.db(),
+            KeyRange::prefix(&[keys::APP_UNDO]),
+            Direction::Forward,
+        )
+        .unwrap();
+        assert_eq!(undo.len() as u64, UNDO_RETENTION_BLOCKS);
+        let to = N - UNDO_RETENTION_BLOCKS - 1;
+        match app.rollback_to(to) {
+            Err(Error::AppCannotRollBack {
+                to: t,
+                app_height,
+                lowest,
+            }) => {
+                assert_eq!(
+                    (t, app_height, lowest),
+                    (to, N, Some(N - UNDO_RETENTION_BLOCKS))
+                );
+            }
+            other => panic!("expected AppCannotRollBack, got {other:?}"),
+        }
+        assert_eq!(snapshot(&app), snaps[N as usize], "a refusal wrote nothing");
+        // Not while holding: held commits have no durable undo records yet.
+        app.hold().unwrap();
+        assert!(matches!(
+            app.rollback_to(N - 1),
+            Err(Error::InvalidInput(_))
+        ));
+        app.stop_holding().unwrap();
+        // A young app rolls back to 0, the empty app.
+        let (mut young, snaps) = committed(3);
+        assert_eq!(young.rollback_floor().unwrap(), Some(0));
+        young.rollback_to(0).unwrap();
+        assert_eq!(snapshot(&young), snaps[0]);
+    }
+
+    #[test]
+    fn a_corrupt_undo_record_is_reported_not_applied() {
+        let (mut app, snaps) = committed(4);
+        let k = undo_key(4);
+        let mut b = Batch::new();
+        b.put(Bytes::copy_from_slice(&k), Bytes::from_static(b"garbage!"));
+        app.db().write(&b, Durability::Synced).unwrap();
+        assert!(matches!(
+            app.rollback_to(2),
+            Err(Error::Corrupt {
+                height: Some(4),
+                ..
+            })
+        ));
+        assert_eq!(snapshot(&app).1, snaps[4].1, "nothing was applied");
     }
 }

@@ -8,7 +8,7 @@
 
 mod kv;
 
-pub use kv::{KvApp, Tx};
+pub use kv::{KvApp, Tx, UNDO_RETENTION_BLOCKS};
 
 use bytes::Bytes;
 
@@ -101,10 +101,32 @@ pub trait App: Send {
         None
     }
 
-    /// Rolls the app back to `height`, if it supports it (used by `flushpoint rollback`).
-    /// The default refuses.
-    fn rollback_to(&mut self, height: u64) -> Result<bool> {
-        let _ = height;
-        Ok(false)
+    /// The lowest height the app's durable state can be rolled back to now ([`App::rollback_to`]),
+    /// or `None` when the app cannot roll back at all (the default).
+    ///
+    /// A rollback below the app's durable height is refused with
+    /// [`crate::Error::AppCannotRollBack`] unless the target is at or above this height;
+    /// [`crate::rollback`] asks before it writes anything.
+    fn rollback_floor(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
+
+    /// Rolls the app's durable state back to `height` (at or above
+    /// [`App::rollback_floor`], at most the durable height; nothing may be held or executed
+    /// and not committed) and returns its height and app hash there.
+    ///
+    /// `Ok`: durable at `height`, and a rerun is a no-op. `Err`: the durable state is at the
+    /// old height or at `height`, never between (the rollback is one synced write). The
+    /// default refuses with [`crate::Error::AppCannotRollBack`] and writes nothing.
+    fn rollback_to(&mut self, height: u64) -> Result<AppInfo> {
+        let app_height = self.durable()?.height;
+        if height == app_height {
+            return self.durable();
+        }
+        Err(crate::Error::AppCannotRollBack {
+            to: height,
+            app_height,
+            lowest: None,
+        })
     }
 }

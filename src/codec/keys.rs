@@ -18,6 +18,7 @@
 //! | state | `0x15` | 1 | the state store's base (heights below it are pruned) |
 //! | app (demo) | `0x20 ‖ key` | 1+n | an application value |
 //! | app (demo) | `0x21` | 1 | the app's meta {height, app hash} |
+//! | app (demo) | `0x22 ‖ h` | 9 | the undo record of block h |
 
 /// Prefix of block meta keys.
 pub const BLOCK_META: u8 = 0x01;
@@ -49,6 +50,8 @@ pub const STATE_STORE_BASE: u8 = 0x15;
 pub const APP_DATA: u8 = 0x20;
 /// The demo app's meta key.
 pub const APP_META: u8 = 0x21;
+/// Prefix of the demo app's undo records.
+pub const APP_UNDO: u8 = 0x22;
 
 /// `prefix ‖ height`.
 pub fn height_key(prefix: u8, height: u64) -> [u8; 9] {
@@ -84,6 +87,7 @@ pub fn singleton(prefix: u8) -> [u8; 1] {
 pub fn height_of(key: &[u8]) -> Option<u64> {
     match *key.first()? {
         BLOCK_META | BLOCK_PART | BLOCK_COMMIT | SEEN_COMMIT | RESULTS | VALIDATORS | PARAMS
+        | APP_UNDO
             if key.len() >= 9 =>
         {
             Some(u64::from_be_bytes(key[1..9].try_into().ok()?))

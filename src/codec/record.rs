@@ -46,6 +46,10 @@ pub enum RecordKind {
     AppMeta = 32,
     /// An application's data value.
     AppValue = 33,
+    /// The demo application's undo record of one block.
+    AppUndo = 34,
+    /// A home's rollback intent (the `ROLLBACK-IN-PROGRESS` file, not a database row).
+    RollbackIntent = 48,
 }
 
 impl RecordKind {

@@ -50,6 +50,8 @@ pub struct InspectReport {
     pub app_hash: String,
     /// On-disk size per database.
     pub disk_size_bytes: std::collections::BTreeMap<&'static str, u64>,
+    /// The target of a rollback a crash interrupted, if the home holds one.
+    pub rollback_in_progress: Option<u64>,
     /// The handshake's classification.
     pub classification: Classification,
 }
@@ -117,7 +119,9 @@ pub fn classification(o: &flushpoint::Observed, has_state: bool) -> Classificati
 pub fn run(a: &InspectArgs) -> CliResult<()> {
     let home_path = super::resolve_home(a.home.as_deref());
     let err = |e: flushpoint::Error| describe(&e, &home_path);
-    let home = Home::open_existing(&home_path).map_err(err)?;
+    // Not `Home::open`: it would finish an interrupted rollback, and inspect writes nothing.
+    let home = Home::open_for_rollback(&home_path).map_err(err)?;
+    let rollback_in_progress = flushpoint::pending_rollback(&home).map_err(err)?;
     let (heights, observed, state, app_hash) = durable_heights(&home).map_err(err)?;
     let base = BlockStore::open(home.block_store_db.clone() as std::sync::Arc<dyn Db>)
         .map_err(err)?
@@ -136,7 +140,17 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
         flush_record: observed.record,
         app_hash,
         disk_size_bytes: disk,
-        classification: classification(&observed, state.is_some()),
+        rollback_in_progress,
+        classification: match rollback_in_progress {
+            Some(t) => Classification {
+                verdict: "rollback-in-progress",
+                case: None,
+                detail: format!(
+                    "a rollback to {t} was interrupted: `flushpoint rollback --to {t}` finishes it, and an open finishes it or refuses the home"
+                ),
+            },
+            None => classification(&observed, state.is_some()),
+        },
     };
     if a.json {
         println!(

@@ -170,6 +170,10 @@ pub fn describe(e: &flushpoint::Error, home: &Path) -> CliError {
             Some(h) => format!("{text}: {h}"),
             None => text,
         },
+        E::RollbackInterrupted { to, .. } => format!(
+            "{text}: run `flushpoint rollback --home {} --to {to}`",
+            home.display()
+        ),
         E::Inconsistent { .. } => format!(
             "{text}; run `flushpoint inspect --home {}` for details; restore the home from a backup or sync a new one",
             home.display()
