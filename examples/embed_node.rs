@@ -119,7 +119,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (node, case) = open(&dir, &spec)?;
     assert_eq!(case, HandshakeCase::Consistent);
     assert_eq!(node.height(), SYNC_BLOCKS + CONSENSUS_BLOCKS);
-    let by_height = node.load_block(1_500, ReadView::Durable)?.expect("block 1500");
+    let by_height = node
+        .load_block(1_500, ReadView::Durable)?
+        .expect("block 1500");
     let by_hash = node
         .load_block_by_hash(&tip_hash, ReadView::Durable)?
         .expect("the tip by its hash");

@@ -91,9 +91,9 @@ pub use node::{
     FlushPolicy, FlushReport, FlushTrigger, Genesis, HandshakeCase, HandshakeReport, Mode,
     NoEvents, Node, NodeDb, Observed, ReadView, classify, observe,
 };
+pub use rollback::{ROLLBACK_INTENT_FILE, RollbackReport, pending_rollback, rollback};
 pub use store::{
     BlockStore, HISTORY_CHECKPOINT_INTERVAL, PRUNE_BATCH_BLOCKS, STATE_PRUNE_BATCH_HEIGHTS,
     StatePruneReport, StateStore,
 };
-pub use rollback::{ROLLBACK_INTENT_FILE, RollbackReport, pending_rollback, rollback};
 pub use types::*;

@@ -80,6 +80,9 @@ impl<D: Db> Db for RecordingDb<D> {
     fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
         self.inner.get(key)
     }
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
+        self.inner.get_many(keys)
+    }
     fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
         self.inner.range(range, direction)
     }
@@ -165,6 +168,9 @@ impl<D: Db> Db for FailingDb<D> {
     }
     fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
         self.inner.get(key)
+    }
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
+        self.inner.get_many(keys)
     }
     fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
         self.inner.range(range, direction)

@@ -579,6 +579,10 @@ mod model {
         }
     }
 
+    /// Stored keys a `get_many` check reads beside the key it asks for. Why: enough for
+    /// hits and misses in one call, few enough to keep a case cheap.
+    const GET_MANY_STORED_KEYS: usize = 4;
+
     /// One write in `SYNCED_ONE_IN` is `Synced`. Why: both paths must match the model, but
     /// every synced write costs an fsync.
     const SYNCED_ONE_IN: u64 = 8;
@@ -648,6 +652,15 @@ mod model {
                     let has = f.db().contains(k).map_err(|e| e.to_string())?;
                     if has != want.is_some() {
                         return fail(format!("contains: db {has}, model {}", want.is_some()));
+                    }
+                    // get_many over this key and a few stored ones, in one snapshot.
+                    let mut keys: Vec<&[u8]> = vec![k];
+                    keys.extend(model.keys().take(GET_MANY_STORED_KEYS).map(|k| k.as_ref()));
+                    let got = f.db().get_many(&keys).map_err(|e| e.to_string())?;
+                    let want: Vec<Option<Bytes>> =
+                        keys.iter().map(|k| model.get(*k).cloned()).collect();
+                    if got != want {
+                        return fail(format!("get_many: db {got:?}, model {want:?}"));
                     }
                 }
                 ModelOp::Range(start, end, reverse) => {
@@ -758,16 +771,19 @@ mod model {
         BatchFirstOpWins,
         /// A delete is ignored.
         DeleteIgnored,
+        /// `get_many` loses the first value it found (reads it as absent).
+        GetManyDropsValue,
     }
 
     /// Every lie.
-    pub const LIES: [Lie; 6] = [
+    pub const LIES: [Lie; 7] = [
         Lie::WrongValue,
         Lie::ContainsMissesKey,
         Lie::RangeDropsKey,
         Lie::RangeWrongDirection,
         Lie::BatchFirstOpWins,
         Lie::DeleteIgnored,
+        Lie::GetManyDropsValue,
     ];
 
     /// A `MemoryDb` that tells one lie.
@@ -790,6 +806,15 @@ mod model {
         }
         fn contains(&self, key: &[u8]) -> flushpoint::Result<bool> {
             Ok(self.lie != Lie::ContainsMissesKey && self.inner.contains(key)?)
+        }
+        fn get_many(&self, keys: &[&[u8]]) -> flushpoint::Result<Vec<Option<Bytes>>> {
+            let mut v = self.inner.get_many(keys)?;
+            if self.lie == Lie::GetManyDropsValue
+                && let Some(first) = v.iter_mut().find(|x| x.is_some())
+            {
+                *first = None;
+            }
+            Ok(v)
         }
         fn range(
             &self,

@@ -179,6 +179,7 @@ trait Subject {
     fn write(&self, b: &Batch, d: Durability) -> flushpoint::Result<()>;
     fn get(&self, k: &[u8]) -> flushpoint::Result<Option<Vec<u8>>>;
     fn get_durable(&self, k: &[u8]) -> flushpoint::Result<Option<Vec<u8>>>;
+    fn get_many(&self, ks: &[&[u8]]) -> flushpoint::Result<Vec<Option<Vec<u8>>>>;
     fn range(&self, r: KeyRange, d: Direction) -> Result<Entries, String>;
     fn range_durable(&self, r: KeyRange, d: Direction) -> Result<Entries, String>;
     fn hold(&self) -> flushpoint::Result<()>;
@@ -200,6 +201,12 @@ impl Subject for HoldingDb<MemoryDb> {
     }
     fn get_durable(&self, k: &[u8]) -> flushpoint::Result<Option<Vec<u8>>> {
         Ok(HoldingDb::get_durable(self, k)?.map(|v| v.to_vec()))
+    }
+    fn get_many(&self, ks: &[&[u8]]) -> flushpoint::Result<Vec<Option<Vec<u8>>>> {
+        Ok(Db::get_many(self, ks)?
+            .into_iter()
+            .map(|v| v.map(|v| v.to_vec()))
+            .collect())
     }
     fn range(&self, r: KeyRange, d: Direction) -> Result<Entries, String> {
         db_range(Db::range(self, r, d).map_err(|e| e.to_string())?)
@@ -273,9 +280,19 @@ fn check(db: &impl Subject, steps: &[Step]) -> Result<(), String> {
             }
             Step::Get(k) => {
                 let got = db.get(k).map_err(|e| at(&e.to_string()))?;
-                let want = m.merged().get(k).cloned();
+                let merged = m.merged();
+                let want = merged.get(k).cloned();
                 if got != want {
                     return Err(at(&format!("get: got {got:?}, model {want:?}")));
+                }
+                // get_many over this key and a few others the model holds (held or on disk).
+                let mut keys: Vec<&[u8]> = vec![k];
+                keys.extend(merged.keys().take(4).map(|k| k.as_slice()));
+                let got = db.get_many(&keys).map_err(|e| at(&e.to_string()))?;
+                let want: Vec<Option<Vec<u8>>> =
+                    keys.iter().map(|k| merged.get(*k).cloned()).collect();
+                if got != want {
+                    return Err(at(&format!("get_many: got {got:?}, model {want:?}")));
                 }
             }
             Step::GetDurable(k) => {
@@ -405,9 +422,11 @@ enum Lie {
     DiskSeesOverlay,
     /// `hold` does not hold.
     HoldIgnored,
+    /// `get_many` answers "absent" for the first key that is there.
+    GetManyDropsKey,
 }
 
-const LIES: [Lie; 11] = [
+const LIES: [Lie; 12] = [
     Lie::WrongValue,
     Lie::GetDropsKey,
     Lie::RangeDropsKey,
@@ -419,6 +438,7 @@ const LIES: [Lie; 11] = [
     Lie::WriteHeldMiscounted,
     Lie::DiskSeesOverlay,
     Lie::HoldIgnored,
+    Lie::GetManyDropsKey,
 ];
 
 /// A `HoldingDb<MemoryDb>` that tells one lie; every other answer is the real one.
@@ -441,6 +461,15 @@ impl Subject for Lying {
             Lie::GetDropsKey => None,
             _ => v,
         })
+    }
+    fn get_many(&self, ks: &[&[u8]]) -> flushpoint::Result<Vec<Option<Vec<u8>>>> {
+        let mut v = Subject::get_many(&self.db, ks)?;
+        if self.lie == Lie::GetManyDropsKey
+            && let Some(first) = v.iter_mut().find(|x| x.is_some())
+        {
+            *first = None;
+        }
+        Ok(v)
     }
     fn get_durable(&self, k: &[u8]) -> flushpoint::Result<Option<Vec<u8>>> {
         match self.lie {

@@ -411,17 +411,21 @@ impl<D: Db + 'static> App for KvApp<D> {
         let mut hasher = Sha256::new();
         hasher.update(self.committed.app_hash);
         hasher.update(p.height.to_be_bytes());
-        let mut batch = Batch::new();
+        let mut batch = Batch::with_capacity(p.writes.len() + 3);
+        let data_keys: Vec<Bytes> = p.writes.keys().map(|k| data_key(k)).collect();
+        // The stored records as of the previous commit (held writes included), read in one
+        // snapshot: what the undo record restores.
+        let before = self
+            .db
+            .get_many(&data_keys.iter().map(|k| k.as_ref()).collect::<Vec<_>>())?;
         let mut undo = AppUndo {
             prev: self.committed,
             entries: Vec::with_capacity(p.writes.len()),
         };
-        for (k, v) in &p.writes {
+        for (((k, v), dk), old) in p.writes.iter().zip(data_keys).zip(before) {
             hasher.update((k.len() as u64).to_be_bytes());
             hasher.update(k);
-            let dk = data_key(k);
-            // The stored record as of the previous commit (held writes included).
-            undo.entries.push((k.clone(), self.db.get(&dk)?));
+            undo.entries.push((k.clone(), old));
             match v {
                 Some(v) => {
                     hasher.update([1]);

@@ -91,6 +91,9 @@ impl<D: Db> Db for CountingDb<D> {
     fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
         self.inner.get(key)
     }
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
+        self.inner.get_many(keys)
+    }
     fn contains(&self, key: &[u8]) -> Result<bool> {
         self.inner.contains(key)
     }

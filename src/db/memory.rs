@@ -48,6 +48,11 @@ impl Db for MemoryDb {
         Ok(self.map.read().expect("memory db lock").get(key).cloned())
     }
 
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
+        let map = self.map.read().expect("memory db lock");
+        Ok(keys.iter().map(|k| map.get(*k).cloned()).collect())
+    }
+
     fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
         if range.is_empty() {
             return Ok(Box::new(std::iter::empty()));

@@ -224,6 +224,13 @@ pub trait Db: Send + Sync + Debug {
         Ok(self.get(key)?.is_some())
     }
 
+    /// The values stored at `keys`, in order, read from one consistent snapshot. A backend
+    /// overrides it to pay a read transaction's setup once for all of them; the default
+    /// reads each key with [`Db::get`]. A wrapper forwards it to what it wraps.
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
+        keys.iter().map(|k| self.get(k)).collect()
+    }
+
     /// The pairs in `range`, in `direction` order. The iterator sees a consistent snapshot
     /// taken when it was created.
     fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>>;
@@ -250,6 +257,9 @@ impl<T: Db + ?Sized> Db for std::sync::Arc<T> {
     fn contains(&self, key: &[u8]) -> Result<bool> {
         (**self).contains(key)
     }
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
+        (**self).get_many(keys)
+    }
     fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
         (**self).range(range, direction)
     }
@@ -270,6 +280,9 @@ impl<T: Db + ?Sized> Db for Box<T> {
     }
     fn contains(&self, key: &[u8]) -> Result<bool> {
         (**self).contains(key)
+    }
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
+        (**self).get_many(keys)
     }
     fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
         (**self).range(range, direction)

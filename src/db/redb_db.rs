@@ -270,6 +270,24 @@ impl Db for RedbDb {
         Ok(v.map(|g| Bytes::copy_from_slice(g.value())))
     }
 
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
+        self.check_poison()?;
+        // One read transaction and one table open for all the keys: one snapshot.
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(|e| self.err("begin read", e))?;
+        let table = txn
+            .open_table(TABLE)
+            .map_err(|e| self.err("open table", e))?;
+        keys.iter()
+            .map(|k| {
+                let v = table.get(*k).map_err(|e| self.err("get", e))?;
+                Ok(v.map(|g| Bytes::copy_from_slice(g.value())))
+            })
+            .collect()
+    }
+
     fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
         self.check_poison()?;
         if range.is_empty() {

@@ -413,6 +413,40 @@ impl<D: Db> Db for HoldingDb<D> {
         self.inner.get(key)
     }
 
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
+        self.poison.check(self.inner.name())?;
+        let mut out: Vec<Option<Bytes>> = Vec::with_capacity(keys.len());
+        let mut missed: Vec<usize> = Vec::new();
+        {
+            let h = self.held.read().expect("held lock");
+            for (i, key) in keys.iter().enumerate() {
+                let held = h
+                    .active
+                    .map
+                    .get(*key)
+                    .or_else(|| h.frozen.as_ref().and_then(|f| f.map.get(*key)));
+                match held {
+                    Some(v) => out.push(v.clone()),
+                    None => {
+                        out.push(None);
+                        missed.push(i);
+                    }
+                }
+            }
+        }
+        if missed.is_empty() {
+            return Ok(out);
+        }
+        // As in `get`: a window dropped since the check above is already on disk.
+        let from_disk = self
+            .inner
+            .get_many(&missed.iter().map(|&i| keys[i]).collect::<Vec<_>>())?;
+        for (i, v) in missed.into_iter().zip(from_disk) {
+            out[i] = v;
+        }
+        Ok(out)
+    }
+
     fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
         self.poison.check(self.inner.name())?;
         let held = if range.is_empty() {

@@ -155,6 +155,9 @@ impl Db for CliDb {
     fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
         self.inner.get(key)
     }
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
+        self.inner.get_many(keys)
+    }
     fn contains(&self, key: &[u8]) -> Result<bool> {
         self.inner.contains(key)
     }
