@@ -74,8 +74,8 @@ pub use app::{App, AppInfo, KvApp, Tx, UNDO_RETENTION_BLOCKS};
 pub use chain::{ChainSpec, Profile};
 pub use db::{
     BackendCounters, BackendCounts, Batch, CountingBackend, CountingDb, Db, DbIter, Direction,
-    Durability, Entry, KeyRange, MemoryDb, Op, RedbDb, RedbOptions, SyncCounters, SyncCounts,
-    collect_range, fsync_dir,
+    Durability, Entry, EntryRef, KeyRange, MemoryDb, Op, RedbDb, RedbOptions, SyncCounters,
+    SyncCounts, collect_range, fsync_dir,
 };
 pub use error::{
     BoxError, CorruptReason, Error, ErrorKind, Heights, PoisonCause, Result, RollbackRefusal, hex,

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
-use super::{Batch, Db, DbIter, Direction, Durability, KeyRange};
+use super::{Batch, Db, DbIter, Direction, Durability, EntryRef, KeyRange};
 use crate::error::Result;
 
 /// Live counters of one database's writes. Cheap to clone (shared).
@@ -84,6 +84,27 @@ impl<D: Db> CountingDb<D> {
     }
 }
 
+impl<D: Db> CountingDb<D> {
+    /// Counts one write's outcome: a synced, buffered or failed batch, and its bytes.
+    fn count(&self, res: &Result<()>, durability: Durability, bytes: u64) {
+        let c = &self.counters;
+        match (res, durability) {
+            (Ok(()), Durability::Synced) => {
+                c.synced_batches.fetch_add(1, Ordering::SeqCst);
+            }
+            (Ok(()), Durability::Buffered) => {
+                c.buffered_batches.fetch_add(1, Ordering::SeqCst);
+            }
+            (Err(_), _) => {
+                c.failed_batches.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        if res.is_ok() {
+            c.bytes_written.fetch_add(bytes, Ordering::SeqCst);
+        }
+    }
+}
+
 impl<D: Db> Db for CountingDb<D> {
     fn name(&self) -> &str {
         self.inner.name()
@@ -102,22 +123,20 @@ impl<D: Db> Db for CountingDb<D> {
     }
     fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
         let res = self.inner.write(batch, durability);
-        let c = &self.counters;
-        match (&res, durability) {
-            (Ok(()), Durability::Synced) => {
-                c.synced_batches.fetch_add(1, Ordering::SeqCst);
-            }
-            (Ok(()), Durability::Buffered) => {
-                c.buffered_batches.fetch_add(1, Ordering::SeqCst);
-            }
-            (Err(_), _) => {
-                c.failed_batches.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-        if res.is_ok() {
-            c.bytes_written
-                .fetch_add(batch.byte_size(), Ordering::SeqCst);
-        }
+        self.count(&res, durability, batch.byte_size());
+        res
+    }
+    fn write_entries<'a>(
+        &self,
+        entries: &mut dyn Iterator<Item = EntryRef<'a>>,
+        durability: Durability,
+    ) -> Result<()> {
+        let mut bytes = 0u64;
+        let mut counted = entries.inspect(|(k, v)| {
+            bytes += (k.len() + v.map_or(0, |v| v.len())) as u64;
+        });
+        let res = self.inner.write_entries(&mut counted, durability);
+        self.count(&res, durability, bytes);
         res
     }
     fn disk_size_bytes(&self) -> Result<u64> {

@@ -72,6 +72,18 @@ impl Batch {
         Self::default()
     }
 
+    /// The batch of `entries` (see [`Db::write_entries`]), in their order.
+    pub fn from_entries<'a>(entries: &mut dyn Iterator<Item = EntryRef<'a>>) -> Self {
+        let mut batch = Batch::with_capacity(entries.size_hint().0);
+        for (k, v) in entries {
+            match v {
+                Some(v) => batch.push(Op::Put(k.clone(), v.clone())),
+                None => batch.push(Op::Delete(k.clone())),
+            };
+        }
+        batch
+    }
+
     /// An empty batch with room for `ops` operations.
     pub fn with_capacity(ops: usize) -> Self {
         Batch {
@@ -241,11 +253,28 @@ pub trait Db: Send + Sync + Debug {
     /// `Err`: the batch may or may not be on disk; the handle refuses further calls.
     fn write(&self, batch: &Batch, durability: Durability) -> Result<()>;
 
+    /// Applies the entries `entries` yields — `(key, Some(value))` a put, `(key, None)` a
+    /// delete, each key at most once — atomically with `durability`, exactly as
+    /// [`Db::write`] would apply them as one batch. A flush point writes its window this
+    /// way, straight from the held overlay: a backend that overrides it inserts without a
+    /// batch being built; the default builds one. A wrapper forwards it to what it wraps.
+    fn write_entries<'a>(
+        &self,
+        entries: &mut dyn Iterator<Item = EntryRef<'a>>,
+        durability: Durability,
+    ) -> Result<()> {
+        self.write(&Batch::from_entries(entries), durability)
+    }
+
     /// Bytes this database occupies on disk (allocated), 0 for memory.
     fn disk_size_bytes(&self) -> Result<u64> {
         Ok(0)
     }
 }
+
+/// One entry of [`Db::write_entries`]: a key and `Some(value)` for a put, `None` for a
+/// delete.
+pub type EntryRef<'a> = (&'a Bytes, Option<&'a Bytes>);
 
 impl<T: Db + ?Sized> Db for std::sync::Arc<T> {
     fn name(&self) -> &str {
@@ -265,6 +294,13 @@ impl<T: Db + ?Sized> Db for std::sync::Arc<T> {
     }
     fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
         (**self).write(batch, durability)
+    }
+    fn write_entries<'a>(
+        &self,
+        entries: &mut dyn Iterator<Item = EntryRef<'a>>,
+        durability: Durability,
+    ) -> Result<()> {
+        (**self).write_entries(entries, durability)
     }
     fn disk_size_bytes(&self) -> Result<u64> {
         (**self).disk_size_bytes()
@@ -289,6 +325,13 @@ impl<T: Db + ?Sized> Db for Box<T> {
     }
     fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
         (**self).write(batch, durability)
+    }
+    fn write_entries<'a>(
+        &self,
+        entries: &mut dyn Iterator<Item = EntryRef<'a>>,
+        durability: Durability,
+    ) -> Result<()> {
+        (**self).write_entries(entries, durability)
     }
     fn disk_size_bytes(&self) -> Result<u64> {
         (**self).disk_size_bytes()

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use redb::{Database, ReadableDatabase, StorageBackend, TableDefinition, TableError};
 
 use super::storage::{BackendCounters, BackendCounts, CountingBackend};
-use super::{Batch, Db, DbIter, Direction, Durability, KeyRange, Op};
+use super::{Batch, Db, DbIter, Direction, Durability, EntryRef, KeyRange, Op};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, FsBackend, OpenMode, StdFs, parent_of};
 use crate::poison::Poison;
@@ -252,6 +252,47 @@ impl RedbDb {
     }
 }
 
+impl RedbDb {
+    /// One write transaction with `durability`: `apply` fills the table, then it commits.
+    fn write_with(
+        &self,
+        durability: Durability,
+        apply: impl FnOnce(&mut RedbTable<'_>) -> Result<()>,
+    ) -> Result<()> {
+        self.check_poison()?;
+        let mut txn = self
+            .db
+            .begin_write()
+            .map_err(|e| self.fail("begin write", e))?;
+        txn.set_durability(match durability {
+            Durability::Synced => redb::Durability::Immediate,
+            Durability::Buffered => redb::Durability::None,
+        })
+        .map_err(|e| self.fail("set durability", e))?;
+        {
+            let mut table = txn
+                .open_table(TABLE)
+                .map_err(|e| self.fail("open table", e))?;
+            apply(&mut table)?;
+        }
+        // A failed commit leaves the batch's durability unknown: poison, never retry.
+        txn.commit().map_err(|e| self.fail("commit", e))
+    }
+
+    fn put(&self, table: &mut RedbTable<'_>, k: &[u8], v: &[u8]) -> Result<()> {
+        table.insert(k, v).map_err(|e| self.fail("insert", e))?;
+        Ok(())
+    }
+
+    fn remove(&self, table: &mut RedbTable<'_>, k: &[u8]) -> Result<()> {
+        table.remove(k).map_err(|e| self.fail("remove", e))?;
+        Ok(())
+    }
+}
+
+/// The one table a database keeps its pairs in, open for writing.
+type RedbTable<'txn> = redb::Table<'txn, &'static [u8], &'static [u8]>;
+
 impl Db for RedbDb {
     fn name(&self) -> &str {
         &self.name
@@ -320,37 +361,31 @@ impl Db for RedbDb {
     }
 
     fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
-        self.check_poison()?;
-        let mut txn = self
-            .db
-            .begin_write()
-            .map_err(|e| self.fail("begin write", e))?;
-        txn.set_durability(match durability {
-            Durability::Synced => redb::Durability::Immediate,
-            Durability::Buffered => redb::Durability::None,
-        })
-        .map_err(|e| self.fail("set durability", e))?;
-        {
-            let mut table = txn
-                .open_table(TABLE)
-                .map_err(|e| self.fail("open table", e))?;
+        self.write_with(durability, |table| {
             for op in batch.ops() {
                 match op {
-                    Op::Put(k, v) => {
-                        table
-                            .insert(k.as_ref(), v.as_ref())
-                            .map_err(|e| self.fail("insert", e))?;
-                    }
-                    Op::Delete(k) => {
-                        table
-                            .remove(k.as_ref())
-                            .map_err(|e| self.fail("remove", e))?;
-                    }
+                    Op::Put(k, v) => self.put(table, k, v)?,
+                    Op::Delete(k) => self.remove(table, k)?,
                 }
             }
-        }
-        // A failed commit leaves the batch's durability unknown: poison, never retry.
-        txn.commit().map_err(|e| self.fail("commit", e))
+            Ok(())
+        })
+    }
+
+    fn write_entries<'a>(
+        &self,
+        entries: &mut dyn Iterator<Item = EntryRef<'a>>,
+        durability: Durability,
+    ) -> Result<()> {
+        self.write_with(durability, |table| {
+            for (k, v) in entries {
+                match v {
+                    Some(v) => self.put(table, k, v)?,
+                    None => self.remove(table, k)?,
+                }
+            }
+            Ok(())
+        })
     }
 
     fn disk_size_bytes(&self) -> Result<u64> {

@@ -51,23 +51,25 @@ struct Overlay {
 
 /// The keys of an overlay in order: `sorted` as of the last range or flush, `added` the
 /// keys inserted since. Settling sorts `added` alone and merges it in (linear in the keys),
-/// so ranges between writes do not re-sort the window.
+/// so ranges between writes do not re-sort the window. `sorted` is shared: a flush writes
+/// from it, and a range reads it, without holding the lock or copying the keys.
 #[derive(Debug, Default, Clone)]
 struct KeyOrder {
-    sorted: Vec<Bytes>,
+    sorted: Arc<Vec<Bytes>>,
     added: Vec<Bytes>,
 }
 
 impl KeyOrder {
     /// Merges `added` into `sorted`; returns the ordered keys.
-    fn settle(&mut self) -> &[Bytes] {
+    fn settle(&mut self) -> Arc<Vec<Bytes>> {
         if !self.added.is_empty() {
             let mut added = std::mem::take(&mut self.added);
             added.sort_unstable();
-            if self.sorted.is_empty() {
-                self.sorted = added;
+            let old = std::mem::take(&mut self.sorted);
+            let old = Arc::try_unwrap(old).unwrap_or_else(|shared| (*shared).clone());
+            self.sorted = Arc::new(if old.is_empty() {
+                added
             } else {
-                let old = std::mem::take(&mut self.sorted);
                 let mut merged = Vec::with_capacity(old.len() + added.len());
                 let (mut a, mut b) = (old.into_iter().peekable(), added.into_iter().peekable());
                 while let (Some(x), Some(y)) = (a.peek(), b.peek()) {
@@ -76,10 +78,10 @@ impl KeyOrder {
                 }
                 merged.extend(a);
                 merged.extend(b);
-                self.sorted = merged;
-            }
+                merged
+            });
         }
-        &self.sorted
+        self.sorted.clone()
     }
 }
 
@@ -111,18 +113,9 @@ impl Overlay {
         self.held_bytes += add;
     }
 
-    /// The entries as one batch, in key order.
-    fn to_batch(&self) -> Batch {
-        let mut order = self.order.lock().expect("order lock");
-        let keys = order.settle();
-        let mut batch = Batch::with_capacity(keys.len());
-        for k in keys {
-            match &self.map[k] {
-                Some(v) => batch.push(Op::Put(k.clone(), v.clone())),
-                None => batch.push(Op::Delete(k.clone())),
-            };
-        }
-        batch
+    /// The keys in order (settled now if writes came since the last time).
+    fn sorted_keys(&self) -> Arc<Vec<Bytes>> {
+        self.order.lock().expect("order lock").settle()
     }
 
     fn duplicate(&self) -> Overlay {
@@ -303,10 +296,12 @@ impl<D: Db> HoldingDb<D> {
         let Some(window) = self.held.read().expect("held lock").frozen.clone() else {
             return Ok(HeldWrite::default());
         };
-        // In key order: the B-tree beneath takes sorted inserts fastest, and a range over
-        // the frozen window later finds the order settled.
-        let batch = window.to_batch();
-        if let Err(e) = self.inner.write(&batch, Durability::Synced) {
+        // In key order (the B-tree beneath takes sorted inserts fastest; a range over the
+        // frozen window later finds the order settled), straight from the window: no batch
+        // is built, no key or value copied.
+        let keys = window.sorted_keys();
+        let mut entries = keys.iter().map(|k| (k, window.map[k].as_ref()));
+        if let Err(e) = self.inner.write_entries(&mut entries, Durability::Synced) {
             self.poison.set(&e);
             return Err(e);
         }
@@ -315,8 +310,8 @@ impl<D: Db> HoldingDb<D> {
         // through to the disk, which has it.
         self.held.write().expect("held lock").frozen = None;
         Ok(HeldWrite {
-            ops: batch.len() as u64,
-            bytes: batch.byte_size(),
+            ops: keys.len() as u64,
+            bytes: window.held_bytes,
         })
     }
 
@@ -338,8 +333,7 @@ fn held_range(o: &Overlay, range: &KeyRange, direction: Direction) -> Vec<(Bytes
     if o.map.is_empty() {
         return Vec::new();
     }
-    let mut order = o.order.lock().expect("order lock");
-    let keys = order.settle();
+    let keys = o.sorted_keys();
     let (start, end) = range.as_ref_bounds();
     let lo = match start {
         Bound::Included(s) => keys.partition_point(|k| k.as_ref() < s),

@@ -76,6 +76,13 @@ impl Db for Unsynced {
     fn write(&self, batch: &Batch, _durability: Durability) -> flushpoint::Result<()> {
         self.0.write(batch, Durability::Buffered)
     }
+    fn write_entries<'a>(
+        &self,
+        entries: &mut dyn Iterator<Item = flushpoint::EntryRef<'a>>,
+        _durability: Durability,
+    ) -> flushpoint::Result<()> {
+        self.0.write_entries(entries, Durability::Buffered)
+    }
 }
 
 type Log = Arc<Mutex<Vec<crate::shape::RecordedOp>>>;

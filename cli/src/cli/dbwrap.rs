@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
 use bytes::Bytes;
-use flushpoint::{Batch, Db, DbIter, Direction, Durability, KeyRange, Result};
+use flushpoint::{Batch, Db, DbIter, Direction, Durability, EntryRef, KeyRange, Result};
 
 /// Environment variable that makes `sync` print `@fp` markers for `crash-test`.
 pub const CRASH_TEST_ENV: &str = "FLUSHPOINT_CRASH_TEST";
@@ -163,6 +163,26 @@ impl Db for CliDb {
     }
     fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
         self.inner.range(range, direction)
+    }
+    fn write_entries<'a>(
+        &self,
+        entries: &mut dyn Iterator<Item = EntryRef<'a>>,
+        durability: Durability,
+    ) -> Result<()> {
+        let probed = matches!(
+            (&self.probe, durability),
+            (Some(p), Durability::Synced) if p.phase() != Phase::Consensus
+        );
+        if probed {
+            // The crash-test markers live in `write`: give it the batch.
+            return self.write(&Batch::from_entries(entries), durability);
+        }
+        let d = if self.downgrade_sync {
+            Durability::Buffered
+        } else {
+            durability
+        };
+        self.inner.write_entries(entries, d)
     }
     fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
         let d = if self.downgrade_sync {
