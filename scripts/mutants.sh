@@ -7,7 +7,8 @@
 #   scripts/mutants.sh --list          # list the mutants only
 #   MUTANTS_FILES="src/node/deferred.rs src/holding/mod.rs" scripts/mutants.sh   # a subset
 #       (`-f` on the command line is added to the config's examine_globs, so a subset
-#       needs --no-config; MUTANTS_FILES does that and repeats the config's timeouts)
+#       needs --no-config; MUTANTS_FILES does that and repeats the config's timeouts and
+#       its exclude_re list)
 #   scripts/mutants.sh --shard 1/4     # extra args go to cargo mutants
 #   MUTANTS_TESTS="holding_model node_smoke" scripts/mutants.sh   # choose test targets
 #   MUTANTS_JOBS=2 scripts/mutants.sh  # parallel build dirs (default 1; 2 CPUs here)
@@ -31,14 +32,23 @@ else
     targets=$(ls tests/*.rs | xargs -n1 basename | sed 's/\.rs$//' \
         | grep -v -e '^loom_' -e '^fuzz_regressions$' -e '^cli_' | tr '\n' ' ')
 fi
-test_args=(--lib)
-for t in $targets; do test_args+=(--test "$t"); done
-echo "test targets: --lib $targets" >&2
+# The targets go to every cargo command (`--cargo-arg`), the build included: arguments
+# after `--` reach only `cargo test`, and the build (`cargo test --no-run`) would then
+# compile every test target of the package for each mutant. MUTANTS_NO_LIB=1 drops --lib.
+test_args=()
+[[ -n "${MUTANTS_NO_LIB:-}" ]] || test_args+=(--cargo-arg=--lib)
+for t in $targets; do test_args+=("--cargo-arg=--test=$t"); done
+echo "test targets: ${test_args[*]}" >&2
 
 scope=()
 if [[ -n "${MUTANTS_FILES:-}" ]]; then
     scope=(--no-config --minimum-test-timeout 60 --timeout-multiplier 3)
     for f in $MUTANTS_FILES; do scope+=(-f "$f"); done
+    # --no-config drops the config's exclusions too: repeat them.
+    while IFS= read -r re; do
+        [[ -n "$re" ]] && scope+=(--exclude-re "$re")
+    done < <(python3 -c 'import sys, tomllib
+for r in tomllib.load(open(".cargo/mutants.toml", "rb")).get("exclude_re", []): print(r)')
 fi
 
-exec nice -n 19 cargo mutants --jobs "${MUTANTS_JOBS:-1}" "${scope[@]}" "$@" -- "${test_args[@]}"
+exec nice -n 19 cargo mutants --jobs "${MUTANTS_JOBS:-1}" "${scope[@]}" "${test_args[@]}" "$@"
