@@ -177,6 +177,16 @@ struct AppUndo {
     entries: Vec<(Bytes, Option<Bytes>)>,
 }
 
+/// A commit made while holding, kept until the flush point writes its window: what its undo
+/// record needs, without the reads.
+#[derive(Debug)]
+struct HeldCommit {
+    height: u64,
+    prev: AppInfo,
+    /// (key, data key, the record written — `None` for a delete).
+    writes: Vec<(Bytes, Bytes, Option<Bytes>)>,
+}
+
 /// Smallest encoded entry: a 4-byte key length and a 1-byte flag.
 const UNDO_ENTRY_BYTES_MIN: usize = 4 + 1;
 
@@ -244,6 +254,9 @@ pub struct KvApp<D: Db> {
     db: Arc<HoldingDb<D>>,
     committed: AppInfo,
     pending: Option<Pending>,
+    /// While holding: the commits since the last flush point whose undo records are not
+    /// written yet (see [`KvApp::write_window_undo`]). Empty when not holding.
+    undo_owed: Vec<HeldCommit>,
     halt_height: Option<u64>,
     flush_requested: bool,
 }
@@ -265,6 +278,7 @@ impl<D: Db> KvApp<D> {
             db,
             committed,
             pending: None,
+            undo_owed: Vec::new(),
             halt_height,
             flush_requested: false,
         })
@@ -348,6 +362,69 @@ impl<D: Db> KvApp<D> {
     }
 }
 
+impl<D: Db> KvApp<D> {
+    /// Writes, held, the undo records the commits since the last flush point owe: one for
+    /// each of the last [`UNDO_RETENTION_BLOCKS`] of them (the earlier ones' records would be
+    /// deleted by later commits of the same window). A key's record before height `h` is
+    /// its latest write among the owed commits below `h`, else what it was before the
+    /// window (the frozen window in flight, then the disk) — read once per key, here,
+    /// instead of once per commit.
+    ///
+    /// Crash: none on its own — the records join the open overlay, and the flush point
+    /// writes them in the same synced batch as the commits they undo.
+    fn write_window_undo(&mut self) -> Result<()> {
+        if self.undo_owed.is_empty() {
+            return Ok(());
+        }
+        let owed = std::mem::take(&mut self.undo_owed);
+        let keep_from = owed.len().saturating_sub(UNDO_RETENTION_BLOCKS as usize);
+        // The data keys the kept records name, and their latest write before the kept run.
+        let mut before: std::collections::HashMap<Bytes, Option<Option<Bytes>>> = owed[keep_from..]
+            .iter()
+            .flat_map(|c| c.writes.iter().map(|(_, dk, _)| (dk.clone(), None)))
+            .collect();
+        for c in &owed[..keep_from] {
+            for (_, dk, rec) in &c.writes {
+                if let Some(slot) = before.get_mut(dk) {
+                    *slot = Some(rec.clone());
+                }
+            }
+        }
+        // Keys the window did not write before the kept run: as they stood before it.
+        let unread: Vec<Bytes> = before
+            .iter()
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k.clone())
+            .collect();
+        let read = self
+            .db
+            .get_many_below_open(&unread.iter().map(|k| k.as_ref()).collect::<Vec<_>>())?;
+        for (k, v) in unread.into_iter().zip(read) {
+            before.insert(k, Some(v));
+        }
+        let mut batch = Batch::with_capacity(owed.len() - keep_from);
+        for c in &owed[keep_from..] {
+            let mut entries = Vec::with_capacity(c.writes.len());
+            for (k, dk, rec) in &c.writes {
+                let slot = before
+                    .get_mut(dk)
+                    .expect("invariant: every kept key was looked up");
+                let old = slot
+                    .replace(rec.clone())
+                    .expect("invariant: every kept key has a value");
+                entries.push((k.clone(), old));
+            }
+            let uk = undo_key(c.height);
+            let undo = AppUndo {
+                prev: c.prev,
+                entries,
+            };
+            batch.put(Bytes::copy_from_slice(&uk), encode(&uk, &undo));
+        }
+        self.db.write(&batch, Durability::Synced)
+    }
+}
+
 impl<D: Db + 'static> App for KvApp<D> {
     fn committed(&self) -> Result<AppInfo> {
         Ok(self.committed)
@@ -412,33 +489,27 @@ impl<D: Db + 'static> App for KvApp<D> {
         hasher.update(self.committed.app_hash);
         hasher.update(p.height.to_be_bytes());
         let mut batch = Batch::with_capacity(p.writes.len() + 3);
-        let data_keys: Vec<Bytes> = p.writes.keys().map(|k| data_key(k)).collect();
-        // The stored records as of the previous commit (held writes included), read in one
-        // snapshot: what the undo record restores.
-        let before = self
-            .db
-            .get_many(&data_keys.iter().map(|k| k.as_ref()).collect::<Vec<_>>())?;
-        let mut undo = AppUndo {
-            prev: self.committed,
-            entries: Vec::with_capacity(p.writes.len()),
-        };
-        for (((k, v), dk), old) in p.writes.iter().zip(data_keys).zip(before) {
+        let mut writes: Vec<(Bytes, Bytes, Option<Bytes>)> = Vec::with_capacity(p.writes.len());
+        for (k, v) in &p.writes {
             hasher.update((k.len() as u64).to_be_bytes());
             hasher.update(k);
-            undo.entries.push((k.clone(), old));
-            match v {
+            let dk = data_key(k);
+            let rec = match v {
                 Some(v) => {
                     hasher.update([1]);
                     hasher.update((v.len() as u64).to_be_bytes());
                     hasher.update(v);
                     let rec = encode(&dk, &AppValue(v.clone()));
-                    batch.put(dk, rec);
+                    batch.put(dk.clone(), rec.clone());
+                    Some(rec)
                 }
                 None => {
                     hasher.update([0]);
-                    batch.delete(dk);
+                    batch.delete(dk.clone());
+                    None
                 }
-            }
+            };
+            writes.push((k.clone(), dk, rec));
         }
         let app_hash: Hash = hasher.finalize().into();
         let info = AppInfo {
@@ -447,10 +518,34 @@ impl<D: Db + 'static> App for KvApp<D> {
         };
         let mk = keys::singleton(keys::APP_META);
         batch.put(Bytes::copy_from_slice(&mk), encode(&mk, &AppMeta(info)));
-        // The undo record goes in the commit's own batch: a commit is never durable without
-        // the record that undoes it, nor the record without the commit.
-        let uk = undo_key(p.height);
-        batch.put(Bytes::copy_from_slice(&uk), encode(&uk, &undo));
+        let prev = self.committed;
+        if self.db.is_holding() {
+            // Held: the undo record is owed, written by `write_window_undo` before the flush
+            // point takes the window — in the same window, so the commit is still never
+            // durable without it. Only the last UNDO_RETENTION_BLOCKS commits of a window
+            // keep theirs, so reading the old values per commit would mostly be wasted.
+            self.undo_owed.push(HeldCommit {
+                height: p.height,
+                prev,
+                writes,
+            });
+        } else {
+            // The stored records as of the previous commit, read in one snapshot: what the
+            // undo record restores. It goes in the commit's own batch: a commit is never
+            // durable without the record that undoes it, nor the record without the commit.
+            let data_keys: Vec<&[u8]> = writes.iter().map(|(_, dk, _)| dk.as_ref()).collect();
+            let before = self.db.get_many(&data_keys)?;
+            let undo = AppUndo {
+                prev,
+                entries: writes
+                    .iter()
+                    .zip(before)
+                    .map(|((k, _, _), old)| (k.clone(), old))
+                    .collect(),
+            };
+            let uk = undo_key(p.height);
+            batch.put(Bytes::copy_from_slice(&uk), encode(&uk, &undo));
+        }
         if p.height > UNDO_RETENTION_BLOCKS {
             batch.delete(Bytes::copy_from_slice(&undo_key(
                 p.height - UNDO_RETENTION_BLOCKS,
@@ -473,11 +568,22 @@ impl<D: Db + 'static> App for KvApp<D> {
     }
 
     fn stop_holding(&mut self) -> Result<()> {
+        if !self.undo_owed.is_empty() {
+            return Err(Error::InvalidInput(format!(
+                "stop_holding with {} held commits not yet taken by a flush point",
+                self.undo_owed.len()
+            )));
+        }
         self.db.stop_holding()
     }
 
     fn write_held(&mut self) -> Result<()> {
+        self.write_window_undo()?;
         self.db.write_held().map(|_| ())
+    }
+
+    fn prepare_flush(&mut self) -> Result<()> {
+        self.write_window_undo()
     }
 
     fn held_bytes(&self) -> u64 {
@@ -667,6 +773,70 @@ mod tests {
     }
 
     const N: u64 = UNDO_RETENTION_BLOCKS + 5;
+
+    /// Commits 1..=n: 1 and 2 durable (their undo records read per commit), then held in
+    /// two long windows — 3..=split frozen and left in flight while split+1..=n commits —
+    /// so the undo records window 2 owes find old values among its own earlier commits
+    /// (beyond the kept run), in the frozen window and on disk.
+    fn committed_in_long_windows(n: u64, split: u64) -> (KvApp<MemoryDb>, Vec<Snapshot>) {
+        assert!(
+            n - split > UNDO_RETENTION_BLOCKS,
+            "window 2 outgrows the kept run"
+        );
+        let mut app = KvApp::open(Arc::new(HoldingDb::new(MemoryDb::new("app")))).unwrap();
+        let mut snaps = vec![snapshot(&app)];
+        for h in 1..=n {
+            if h == 3 {
+                assert!(app.hold().unwrap());
+            }
+            app.execute_block(&block(h)).unwrap();
+            app.commit().unwrap();
+            if h == split {
+                app.prepare_flush().unwrap();
+                app.db.freeze().unwrap();
+            }
+            snaps.push(snapshot(&app));
+        }
+        // As the node does: the app prepares the next window while the first is in flight.
+        app.prepare_flush().unwrap();
+        app.db.write_frozen().unwrap();
+        app.write_held().unwrap();
+        app.stop_holding().unwrap();
+        assert_eq!(app.durable().unwrap(), app.committed().unwrap());
+        (app, snaps)
+    }
+
+    #[test]
+    fn undo_owed_by_long_held_windows_rolls_back_to_every_height_in_the_window_exactly() {
+        let (n, split) = (2 * UNDO_RETENTION_BLOCKS + 10, 20);
+        for to in n - UNDO_RETENTION_BLOCKS..=n {
+            let (mut app, snaps) = committed_in_long_windows(n, split);
+            assert_eq!(
+                app.rollback_floor().unwrap(),
+                Some(n - UNDO_RETENTION_BLOCKS)
+            );
+            let info = app.rollback_to(to).unwrap();
+            assert_eq!(info, snaps[to as usize].0, "rollback to {to}: info");
+            assert_eq!(snapshot(&app), snaps[to as usize], "rollback to {to}");
+        }
+    }
+
+    #[test]
+    fn a_long_held_window_writes_exactly_the_kept_undo_records() {
+        let n = 2 * UNDO_RETENTION_BLOCKS + 10;
+        let (app, _) = committed_in_long_windows(n, 20);
+        let heights: Vec<u64> = collect_range(
+            &**app.db(),
+            KeyRange::prefix(&[keys::APP_UNDO]),
+            Direction::Forward,
+        )
+        .unwrap()
+        .iter()
+        .map(|(k, _)| u64::from_be_bytes(k[1..9].try_into().unwrap()))
+        .collect();
+        let want: Vec<u64> = (n - UNDO_RETENTION_BLOCKS + 1..=n).collect();
+        assert_eq!(heights, want);
+    }
 
     #[test]
     fn undo_log_rolls_back_to_every_height_in_the_window_exactly() {

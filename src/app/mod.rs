@@ -92,6 +92,15 @@ pub trait App: Send {
     /// Answers a query from durable state.
     fn query(&self, key: &[u8]) -> Result<Option<Bytes>>;
 
+    /// Called by the node just before a flush point takes the app's held writes — before it
+    /// freezes [`App::held_store`] (background flush points) and before
+    /// [`App::write_held`] — on the node's thread, between blocks. The last moment to add
+    /// held writes that belong to the window (e.g. records worth computing once per window
+    /// rather than once per block). The default does nothing.
+    fn prepare_flush(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// The app's held storage, when a flush thread may write it: the node then freezes the
     /// app's held writes between blocks and writes them from its flush thread after the block
     /// store and the state (background flush points, [`crate::FlushPolicy::background`]),

@@ -315,6 +315,37 @@ impl<D: Db> HoldingDb<D> {
         })
     }
 
+    /// Reads `keys` as they stood when the open overlay began: the frozen window (if one is
+    /// in flight), then the disk — the open overlay's writes are skipped. One snapshot of
+    /// the disk for all of them.
+    pub fn get_many_below_open(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
+        self.poison.check(self.inner.name())?;
+        let mut out: Vec<Option<Bytes>> = Vec::with_capacity(keys.len());
+        let mut missed: Vec<usize> = Vec::new();
+        {
+            let h = self.held.read().expect("held lock");
+            for (i, key) in keys.iter().enumerate() {
+                match h.frozen.as_ref().and_then(|f| f.map.get(*key)) {
+                    Some(v) => out.push(v.clone()),
+                    None => {
+                        out.push(None);
+                        missed.push(i);
+                    }
+                }
+            }
+        }
+        if !missed.is_empty() {
+            // A window dropped since the check above is already on disk.
+            let from_disk = self
+                .inner
+                .get_many(&missed.iter().map(|&i| keys[i]).collect::<Vec<_>>())?;
+            for (i, v) in missed.into_iter().zip(from_disk) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+
     /// Reads `key` from the disk only, ignoring held writes.
     pub fn get_durable(&self, key: &[u8]) -> Result<Option<Bytes>> {
         self.poison.check(self.inner.name())?;

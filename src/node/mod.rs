@@ -465,6 +465,7 @@ impl Node {
                 }
                 self.state_db.write_held()?;
                 if app_holds {
+                    self.app.prepare_flush()?;
                     self.app.write_held()?;
                     // Stopping with writes still held would drop them: refuse first.
                     contract(
@@ -847,6 +848,9 @@ impl Node {
             self.block_store.height(),
         )?;
         self.check_app_window(from, to)?;
+        if self.app_holds {
+            self.app.prepare_flush()?;
+        }
         let app_store = self
             .app_store
             .clone()
@@ -970,6 +974,9 @@ impl Node {
         )?;
         // The app's contract is checked before step 1: a broken one writes nothing.
         self.check_app_window(from, to)?;
+        if self.app_holds {
+            self.app.prepare_flush()?;
+        }
         // Step 1: the block store's blocks F+1..F′ and the flush record, one synced batch.
         // It must come first: steps 2 and 3 are replayed from these blocks after a crash.
         self.block_store
