@@ -83,7 +83,7 @@ struct Intent {
 }
 
 impl Record for Intent {
-    const KIND: RecordKind = RecordKind::RollbackIntent;
+    const KIND: RecordKind = RecordKind::ROLLBACK_INTENT;
     fn encode_payload(&self, w: &mut Writer) {
         w.u64(self.to).u8(self.step as u8);
         match &self.state {

@@ -345,7 +345,7 @@ fn real_records_pass_every_fuzz_check() {
 struct NotCanonical(u64);
 
 impl Record for NotCanonical {
-    const KIND: RecordKind = RecordKind::FlushRecord;
+    const KIND: RecordKind = RecordKind::FLUSH_RECORD;
     fn encode_payload(&self, w: &mut flushpoint::codec::Writer) {
         w.u64(self.0.wrapping_add(1));
     }
@@ -359,7 +359,7 @@ impl Record for NotCanonical {
 struct Panicky;
 
 impl Record for Panicky {
-    const KIND: RecordKind = RecordKind::FlushRecord;
+    const KIND: RecordKind = RecordKind::FLUSH_RECORD;
     fn encode_payload(&self, _: &mut flushpoint::codec::Writer) {}
     fn decode_payload(r: &mut flushpoint::codec::Reader<'_>) -> Result<Self, CorruptReason> {
         let n = r.u64()?;

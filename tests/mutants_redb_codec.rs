@@ -139,12 +139,12 @@ fn frame(key: &[u8], version: u8, kind: u8, payload: &[u8]) -> Vec<u8> {
 #[test]
 fn encoding_is_the_documented_frame() {
     let key = keys::height_key(keys::BLOCK_META, 9);
-    let got = encode_record(&key, RecordKind::BlockMeta, b"abc");
+    let got = encode_record(&key, RecordKind::BLOCK_META, b"abc");
     assert_eq!(&got[..], frame(&key, 1, 1, b"abc").as_slice());
-    let got = encode_record(b"k", RecordKind::AppValue, b"");
+    let got = encode_record(b"k", RecordKind::APP_VALUE, b"");
     assert_eq!(&got[..], frame(b"k", 1, 33, b"").as_slice());
-    assert_eq!(RecordKind::GenesisHash.tag(), 20);
-    assert_eq!(RecordKind::BlockPart.tag(), 2);
+    assert_eq!(RecordKind::GENESIS_HASH.tag(), 20);
+    assert_eq!(RecordKind::BLOCK_PART.tag(), 2);
 }
 
 #[test]
@@ -153,7 +153,7 @@ fn a_value_shorter_than_a_frame_is_truncated_by_the_missing_bytes() {
     for len in 0..6usize {
         let value = vec![0x11u8; len];
         assert_eq!(
-            decode_record(key, RecordKind::State, &value),
+            decode_record(key, RecordKind::STATE, &value),
             Err(CorruptReason::Truncated { needed: 6 - len }),
             "{len} bytes"
         );
@@ -170,7 +170,7 @@ fn a_short_value_with_a_valid_checksum_is_truncated_not_a_panic() {
     let mut five = vec![1u8];
     five.extend_from_slice(&crc32(&[key, &[1u8]]).to_be_bytes());
     for (value, needed) in [(four, 2), (five, 1)] {
-        let got = std::panic::catch_unwind(|| decode_record(key, RecordKind::State, &value));
+        let got = std::panic::catch_unwind(|| decode_record(key, RecordKind::STATE, &value));
         assert_eq!(
             got.ok(),
             Some(Err(CorruptReason::Truncated { needed })),
@@ -178,33 +178,33 @@ fn a_short_value_with_a_valid_checksum_is_truncated_not_a_panic() {
         );
     }
     // The smallest valid frame (empty payload) decodes.
-    let six = frame(key, 1, RecordKind::State.tag(), b"");
-    assert_eq!(decode_record(key, RecordKind::State, &six), Ok(&b""[..]));
+    let six = frame(key, 1, RecordKind::STATE.tag(), b"");
+    assert_eq!(decode_record(key, RecordKind::STATE, &six), Ok(&b""[..]));
 }
 
 #[test]
 fn decoding_names_version_and_kind_behind_a_valid_checksum() {
     let key = b"key";
-    let v = frame(key, 1, RecordKind::Commit.tag(), b"xyz");
-    assert_eq!(decode_record(key, RecordKind::Commit, &v), Ok(&b"xyz"[..]));
-    let v = frame(key, 2, RecordKind::Commit.tag(), b"xyz");
+    let v = frame(key, 1, RecordKind::COMMIT.tag(), b"xyz");
+    assert_eq!(decode_record(key, RecordKind::COMMIT, &v), Ok(&b"xyz"[..]));
+    let v = frame(key, 2, RecordKind::COMMIT.tag(), b"xyz");
     assert_eq!(
-        decode_record(key, RecordKind::Commit, &v),
+        decode_record(key, RecordKind::COMMIT, &v),
         Err(CorruptReason::UnknownVersion(2))
     );
-    let v = frame(key, 1, RecordKind::State.tag(), b"xyz");
+    let v = frame(key, 1, RecordKind::STATE.tag(), b"xyz");
     assert_eq!(
-        decode_record(key, RecordKind::Commit, &v),
+        decode_record(key, RecordKind::COMMIT, &v),
         Err(CorruptReason::WrongKind {
-            expected: RecordKind::Commit.tag(),
-            found: RecordKind::State.tag(),
+            expected: RecordKind::COMMIT.tag(),
+            found: RecordKind::STATE.tag(),
         })
     );
-    let mut v = frame(key, 1, RecordKind::Commit.tag(), b"xyz");
+    let mut v = frame(key, 1, RecordKind::COMMIT.tag(), b"xyz");
     let n = v.len();
     v[n - 1] ^= 1;
     assert!(matches!(
-        decode_record(key, RecordKind::Commit, &v),
+        decode_record(key, RecordKind::COMMIT, &v),
         Err(CorruptReason::Checksum { .. })
     ));
 }

@@ -215,7 +215,7 @@ fn history_stores_values_only_at_changes_first_height_and_checkpoints() {
         for (prefix, kind, changed) in [
             (
                 keys::VALIDATORS,
-                RecordKind::ValidatorsInfo,
+                RecordKind::VALIDATORS_INFO,
                 expected
                     .validators
                     .iter()
@@ -224,7 +224,7 @@ fn history_stores_values_only_at_changes_first_height_and_checkpoints() {
             ),
             (
                 keys::PARAMS,
-                RecordKind::ParamsInfo,
+                RecordKind::PARAMS_INFO,
                 expected.params.iter().map(|(h, (c, _))| (*h, *c)).collect(),
             ),
         ] {

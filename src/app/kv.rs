@@ -141,7 +141,7 @@ impl Tx {
 struct AppMeta(AppInfo);
 
 impl Record for AppMeta {
-    const KIND: RecordKind = RecordKind::AppMeta;
+    const KIND: RecordKind = RecordKind::APP_META;
     fn encode_payload(&self, w: &mut Writer) {
         w.u64(self.0.height).hash(&self.0.app_hash);
     }
@@ -157,7 +157,7 @@ impl Record for AppMeta {
 struct AppValue(Bytes);
 
 impl Record for AppValue {
-    const KIND: RecordKind = RecordKind::AppValue;
+    const KIND: RecordKind = RecordKind::APP_VALUE;
     fn encode_payload(&self, w: &mut Writer) {
         w.raw(&self.0);
     }
@@ -191,7 +191,7 @@ struct HeldCommit {
 const UNDO_ENTRY_BYTES_MIN: usize = 4 + 1;
 
 impl Record for AppUndo {
-    const KIND: RecordKind = RecordKind::AppUndo;
+    const KIND: RecordKind = RecordKind::APP_UNDO;
     fn encode_payload(&self, w: &mut Writer) {
         w.u64(self.prev.height).hash(&self.prev.app_hash);
         w.u32(

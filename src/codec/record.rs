@@ -13,49 +13,68 @@ pub const FORMAT_VERSION: u8 = 1;
 /// Framing overhead: version, kind and crc32.
 const FRAME_BYTES: usize = 1 + 1 + 4;
 
-/// The kind tag of every record type. Values are stable on-disk identifiers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-#[non_exhaustive]
-pub enum RecordKind {
-    /// Block meta (header, hash, part count).
-    BlockMeta = 1,
-    /// One block part.
-    BlockPart = 2,
-    /// A commit (canonical or seen).
-    Commit = 3,
-    /// The hash → height index entry.
-    HashIndex = 4,
-    /// The block store's base and height.
-    BlockStoreState = 5,
-    /// The flush record {from, to}.
-    FlushRecord = 6,
-    /// The consensus state.
-    State = 16,
-    /// Per-block execution results.
-    BlockResults = 17,
-    /// Validator-set history entry.
-    ValidatorsInfo = 18,
-    /// Consensus-params history entry.
-    ParamsInfo = 19,
-    /// The genesis hash a home was created with.
-    GenesisHash = 20,
-    /// The state store's base: heights below it are pruned.
-    StateStoreBase = 21,
-    /// An application's meta record (height, app hash).
-    AppMeta = 32,
-    /// An application's data value.
-    AppValue = 33,
-    /// The demo application's undo record of one block.
-    AppUndo = 34,
-    /// A home's rollback intent (the `ROLLBACK-IN-PROGRESS` file, not a database row).
-    RollbackIntent = 48,
-}
+/// The kind tag of a record: one byte in its frame, a stable on-disk identifier.
+///
+/// Tags `0x00..=0x3f` are flushpoint's own (the constants below; the rest of that range is
+/// reserved); tags `0x40..=0xff` are the embedder's, for its own record types
+/// ([`RecordKind::embedder`]): a node adds records without editing a list of ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RecordKind(u8);
 
 impl RecordKind {
+    /// Block meta (header, hash, part count).
+    pub const BLOCK_META: RecordKind = RecordKind(1);
+    /// One block part.
+    pub const BLOCK_PART: RecordKind = RecordKind(2);
+    /// A commit (canonical or seen).
+    pub const COMMIT: RecordKind = RecordKind(3);
+    /// The hash → height index entry.
+    pub const HASH_INDEX: RecordKind = RecordKind(4);
+    /// The block store's base and height.
+    pub const BLOCK_STORE_STATE: RecordKind = RecordKind(5);
+    /// The flush record {from, to}.
+    pub const FLUSH_RECORD: RecordKind = RecordKind(6);
+    /// The consensus state.
+    pub const STATE: RecordKind = RecordKind(16);
+    /// Per-block execution results.
+    pub const BLOCK_RESULTS: RecordKind = RecordKind(17);
+    /// Validator-set history entry.
+    pub const VALIDATORS_INFO: RecordKind = RecordKind(18);
+    /// Consensus-params history entry.
+    pub const PARAMS_INFO: RecordKind = RecordKind(19);
+    /// The genesis hash a home was created with.
+    pub const GENESIS_HASH: RecordKind = RecordKind(20);
+    /// The state store's base: heights below it are pruned.
+    pub const STATE_STORE_BASE: RecordKind = RecordKind(21);
+    /// An application's meta record (height, app hash).
+    pub const APP_META: RecordKind = RecordKind(32);
+    /// An application's data value.
+    pub const APP_VALUE: RecordKind = RecordKind(33);
+    /// The demo application's undo record of one block.
+    pub const APP_UNDO: RecordKind = RecordKind(34);
+    /// A home's rollback intent (the `ROLLBACK-IN-PROGRESS` file, not a database row).
+    pub const ROLLBACK_INTENT: RecordKind = RecordKind(48);
+
+    /// The first tag an embedder's record may use; the tags below are flushpoint's.
+    pub const EMBEDDER_FIRST_TAG: u8 = 0x40;
+
+    /// The kind of an embedder's record type, tagged `tag`.
+    ///
+    /// # Panics
+    /// When `tag` is below [`RecordKind::EMBEDDER_FIRST_TAG`] (one of flushpoint's). In a
+    /// `const` — `const KIND: RecordKind = RecordKind::embedder(0x41);` — that is a compile
+    /// error, not a run-time panic.
+    pub const fn embedder(tag: u8) -> RecordKind {
+        assert!(
+            tag >= Self::EMBEDDER_FIRST_TAG,
+            "record tags below 0x40 are flushpoint's own"
+        );
+        RecordKind(tag)
+    }
+
     /// The stable tag.
-    pub fn tag(self) -> u8 {
-        self as u8
+    pub const fn tag(self) -> u8 {
+        self.0
     }
 }
 
@@ -256,44 +275,44 @@ mod tests {
 
     #[test]
     fn record_round_trips_and_checks_key() {
-        let v = encode_record(b"k", RecordKind::Commit, b"payload");
+        let v = encode_record(b"k", RecordKind::COMMIT, b"payload");
         assert_eq!(
-            decode_record(b"k", RecordKind::Commit, &v).unwrap(),
+            decode_record(b"k", RecordKind::COMMIT, &v).unwrap(),
             b"payload"
         );
         assert!(matches!(
-            decode_record(b"other", RecordKind::Commit, &v),
+            decode_record(b"other", RecordKind::COMMIT, &v),
             Err(CorruptReason::Checksum { .. })
         ));
         assert!(matches!(
-            decode_record(b"k", RecordKind::State, &v),
+            decode_record(b"k", RecordKind::STATE, &v),
             Err(CorruptReason::WrongKind { .. })
         ));
     }
 
     #[test]
     fn every_flipped_bit_and_truncation_is_caught() {
-        let v = encode_record(b"key", RecordKind::BlockMeta, b"0123456789");
+        let v = encode_record(b"key", RecordKind::BLOCK_META, b"0123456789");
         for bit in 0..v.len() * 8 {
             let mut c = v.to_vec();
             c[bit / 8] ^= 1 << (bit % 8);
             assert!(
-                decode_record(b"key", RecordKind::BlockMeta, &c).is_err(),
+                decode_record(b"key", RecordKind::BLOCK_META, &c).is_err(),
                 "bit {bit}"
             );
         }
         for len in 0..v.len() {
-            assert!(decode_record(b"key", RecordKind::BlockMeta, &v[..len]).is_err());
+            assert!(decode_record(b"key", RecordKind::BLOCK_META, &v[..len]).is_err());
         }
     }
 
     #[test]
     fn unknown_version_with_valid_crc_is_named() {
-        let mut body = vec![9u8, RecordKind::Commit.tag(), 1, 2];
+        let mut body = vec![9u8, RecordKind::COMMIT.tag(), 1, 2];
         let crc = checksum(b"k", &body);
         body.extend_from_slice(&crc.to_be_bytes());
         assert_eq!(
-            decode_record(b"k", RecordKind::Commit, &body),
+            decode_record(b"k", RecordKind::COMMIT, &body),
             Err(CorruptReason::UnknownVersion(9))
         );
     }

@@ -129,7 +129,7 @@ pub struct Commit {
 }
 
 impl Record for Commit {
-    const KIND: RecordKind = RecordKind::Commit;
+    const KIND: RecordKind = RecordKind::COMMIT;
     fn payload_size_hint(&self) -> usize {
         64 + self.signatures.iter().map(|s| 4 + s.len()).sum::<usize>()
     }
@@ -305,7 +305,7 @@ pub struct BlockMeta {
 }
 
 impl Record for BlockMeta {
-    const KIND: RecordKind = RecordKind::BlockMeta;
+    const KIND: RecordKind = RecordKind::BLOCK_META;
     fn payload_size_hint(&self) -> usize {
         // The block hash, a header of about a dozen hashes and numbers, the part fields.
         512
@@ -488,7 +488,7 @@ impl BlockResults {
 }
 
 impl Record for BlockResults {
-    const KIND: RecordKind = RecordKind::BlockResults;
+    const KIND: RecordKind = RecordKind::BLOCK_RESULTS;
     fn payload_size_hint(&self) -> usize {
         SMALL_PAYLOAD_HINT_BYTES
             + self
@@ -616,7 +616,7 @@ impl State {
 }
 
 impl Record for State {
-    const KIND: RecordKind = RecordKind::State;
+    const KIND: RecordKind = RecordKind::STATE;
     fn payload_size_hint(&self) -> usize {
         // Fixed fields (5 heights, 3 hashes, params) and the two validator sets.
         256 + VALIDATOR_HINT_BYTES
@@ -692,8 +692,8 @@ macro_rules! history_record {
     };
 }
 
-history_record!(ValidatorSet, RecordKind::ValidatorsInfo);
-history_record!(ConsensusParams, RecordKind::ParamsInfo);
+history_record!(ValidatorSet, RecordKind::VALIDATORS_INFO);
+history_record!(ConsensusParams, RecordKind::PARAMS_INFO);
 
 /// The record of the last flush point the block store wrote: blocks `from+1..=to`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -711,7 +711,7 @@ impl std::fmt::Display for FlushRecord {
 }
 
 impl Record for FlushRecord {
-    const KIND: RecordKind = RecordKind::FlushRecord;
+    const KIND: RecordKind = RecordKind::FLUSH_RECORD;
     fn encode_payload(&self, w: &mut Writer) {
         w.u64(self.from).u64(self.to);
     }
@@ -735,7 +735,7 @@ pub struct BlockStoreState {
 }
 
 impl Record for BlockStoreState {
-    const KIND: RecordKind = RecordKind::BlockStoreState;
+    const KIND: RecordKind = RecordKind::BLOCK_STORE_STATE;
     fn encode_payload(&self, w: &mut Writer) {
         w.u64(self.base).u64(self.height);
     }
@@ -754,7 +754,7 @@ impl Record for BlockStoreState {
 pub struct GenesisHash(pub Hash);
 
 impl Record for GenesisHash {
-    const KIND: RecordKind = RecordKind::GenesisHash;
+    const KIND: RecordKind = RecordKind::GENESIS_HASH;
     fn encode_payload(&self, w: &mut Writer) {
         w.hash(&self.0);
     }
@@ -772,7 +772,7 @@ pub struct StateStoreBase {
 }
 
 impl Record for StateStoreBase {
-    const KIND: RecordKind = RecordKind::StateStoreBase;
+    const KIND: RecordKind = RecordKind::STATE_STORE_BASE;
     fn encode_payload(&self, w: &mut Writer) {
         w.u64(self.base);
     }
@@ -790,7 +790,7 @@ impl Record for StateStoreBase {
 pub struct HeightValue(pub u64);
 
 impl Record for HeightValue {
-    const KIND: RecordKind = RecordKind::HashIndex;
+    const KIND: RecordKind = RecordKind::HASH_INDEX;
     fn encode_payload(&self, w: &mut Writer) {
         w.u64(self.0);
     }
@@ -804,7 +804,7 @@ impl Record for HeightValue {
 pub struct PartRecord(pub Bytes);
 
 impl Record for PartRecord {
-    const KIND: RecordKind = RecordKind::BlockPart;
+    const KIND: RecordKind = RecordKind::BLOCK_PART;
     fn encode_payload(&self, w: &mut Writer) {
         w.raw(&self.0);
     }
