@@ -22,6 +22,8 @@
 //! test counts that each injected fault fired exactly once.
 //! Full: `FLUSHPOINT_FULL=1 cargo test --release --test fsync_failure -- --nocapture`.
 
+mod support;
+
 mod common;
 
 use std::sync::{Arc, Mutex};
@@ -30,15 +32,12 @@ use std::time::Instant;
 use common::disk::{Fate, Kind, Sim};
 use common::{Plan, drive, open_node};
 use flushpoint::{AppInfo, Db, Event, Mode, RedbDb, RedbOptions, State};
+use support::full;
 
 fn options() -> RedbOptions {
     RedbOptions {
         cache_bytes: 64 * 1024,
     }
-}
-
-fn full() -> bool {
-    std::env::var("FLUSHPOINT_FULL").is_ok_and(|v| v == "1")
 }
 
 type Final = (State, AppInfo);

@@ -11,6 +11,8 @@
 //! sequence and by the seeded random search. Seeds: `FLUSHPOINT_SEED=<n>` (printed; fixed
 //! default, never the clock).
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
@@ -378,12 +380,7 @@ fn prop(steps: Vec<Step>) -> TestResult {
 /// The seed of the seeded tests: `FLUSHPOINT_SEED` if set, else a fixed default (never the
 /// clock, so a plain run is reproducible).
 fn seed() -> u64 {
-    match std::env::var("FLUSHPOINT_SEED") {
-        Ok(s) => s
-            .parse()
-            .unwrap_or_else(|_| panic!("FLUSHPOINT_SEED={s:?} is not a u64")),
-        Err(_) => 0x5eed_f1a5,
-    }
+    support::seed(0x5eed_f1a5)
 }
 
 #[test]

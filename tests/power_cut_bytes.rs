@@ -34,6 +34,8 @@
 //! `FLUSHPOINT_FULL=1 cargo test --release --test power_cut_bytes -- --nocapture`.
 //! `FLUSHPOINT_SEED=<n>` replays the random fates of a printed seed.
 
+mod support;
+
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -48,16 +50,13 @@ use flushpoint::{
     App, AppInfo, BlockStore, Event, HandshakeReport, HoldingDb, KvApp, Node, RedbOptions, State,
     StateStore,
 };
+use support::full;
 
 /// A small page cache, so that redb also writes pages in the middle of a transaction.
 fn options() -> RedbOptions {
     RedbOptions {
         cache_bytes: 64 * 1024,
     }
-}
-
-fn full() -> bool {
-    std::env::var("FLUSHPOINT_FULL").is_ok_and(|v| v == "1")
 }
 
 const NAMES: [&str; 3] = ["block store", "state", "app"];

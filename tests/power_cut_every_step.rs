@@ -38,6 +38,8 @@
 //! `FLUSHPOINT_FULL=1` runs all of them
 //! (`FLUSHPOINT_FULL=1 cargo test --release --test power_cut_every_step -- --nocapture`).
 
+mod support;
+
 mod common;
 
 use std::collections::hash_map::DefaultHasher;
@@ -53,15 +55,12 @@ use flushpoint::{
     App, AppInfo, BlockStore, ChainSpec, Db, Durability, Event, EventSink, HandshakeCase,
     HoldingDb, KvApp, MemoryDb, Node, Op, Profile, State, StateStore,
 };
+use support::full;
 
 const NAMES: [&str; 3] = ["block store", "state", "app"];
 const APP: usize = 2;
 type Map = BTreeMap<Bytes, Bytes>;
 type Fired = Arc<Mutex<Vec<(Event, usize)>>>;
-
-fn full() -> bool {
-    std::env::var("FLUSHPOINT_FULL").is_ok_and(|v| v == "1")
-}
 
 fn db_index(name: &str) -> usize {
     NAMES.iter().position(|n| *n == name).expect("known db")

@@ -27,6 +27,8 @@
 //! with 1 random file seed; `FLUSHPOINT_FULL=1` adds 4 more seeds and 64 random subsets.
 //! Replay one seed: `FLUSHPOINT_SEED=<n>`.
 
+mod support;
+
 use std::collections::{BTreeMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
@@ -39,6 +41,7 @@ use flushpoint::{
     FlushPolicy, HoldingDb, Home, KeyRange, KvApp, Node, Op, Profile, RedbOptions, SimFs, SimOp,
     State, collect_range,
 };
+use support::full;
 
 const HOME: &str = "/data/node/home";
 /// Blocks committed in consensus mode after the home is created.
@@ -52,15 +55,8 @@ const SUBSETS_MAX_OPS: usize = 5;
 /// The default seed of the random fates (`FLUSHPOINT_SEED` overrides it).
 const SEED_DEFAULT: u64 = 0x5eed_f11e;
 
-fn full() -> bool {
-    std::env::var("FLUSHPOINT_FULL").is_ok_and(|v| v == "1")
-}
-
 fn seed() -> u64 {
-    std::env::var("FLUSHPOINT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(SEED_DEFAULT)
+    support::seed(SEED_DEFAULT)
 }
 
 /// A small page cache, so that redb also writes pages in the middle of a transaction.

@@ -31,6 +31,8 @@
 //! Prints `N rollback cut states, 0 failures`. `FLUSHPOINT_FULL=1` adds 4 more file seeds;
 //! replay one seed with `FLUSHPOINT_SEED=<n>`.
 
+mod support;
+
 use std::collections::{BTreeMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
@@ -43,6 +45,7 @@ use flushpoint::{
     KeyRange, KvApp, NoEvents, Node, Profile, ROLLBACK_INTENT_FILE, RedbOptions, SimFs,
     UNDO_RETENTION_BLOCKS, collect_range,
 };
+use support::full;
 
 const HOME: &str = "/data/node/home";
 /// The height the home is synced to before the rollback.
@@ -61,15 +64,8 @@ type Map = BTreeMap<Bytes, Bytes>;
 /// The three databases' contents: block store, state, app.
 type Dump = [Map; 3];
 
-fn full() -> bool {
-    std::env::var("FLUSHPOINT_FULL").is_ok_and(|v| v == "1")
-}
-
 fn seed() -> u64 {
-    std::env::var("FLUSHPOINT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(SEED_DEFAULT)
+    support::seed(SEED_DEFAULT)
 }
 
 fn options() -> RedbOptions {

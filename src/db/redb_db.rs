@@ -279,6 +279,17 @@ impl RedbDb {
         txn.commit().map_err(|e| self.fail("commit", e))
     }
 
+    /// The table in a new read transaction (a snapshot of the last commit); refused once
+    /// poisoned.
+    fn read_table(&self) -> Result<redb::ReadOnlyTable<&'static [u8], &'static [u8]>> {
+        self.check_poison()?;
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(|e| self.err("begin read", e))?;
+        txn.open_table(TABLE).map_err(|e| self.err("open table", e))
+    }
+
     fn put(&self, table: &mut RedbTable<'_>, k: &[u8], v: &[u8]) -> Result<()> {
         table.insert(k, v).map_err(|e| self.fail("insert", e))?;
         Ok(())
@@ -299,28 +310,14 @@ impl Db for RedbDb {
     }
 
     fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        self.check_poison()?;
-        let txn = self
-            .db
-            .begin_read()
-            .map_err(|e| self.err("begin read", e))?;
-        let table = txn
-            .open_table(TABLE)
-            .map_err(|e| self.err("open table", e))?;
+        let table = self.read_table()?;
         let v = table.get(key).map_err(|e| self.err("get", e))?;
         Ok(v.map(|g| Bytes::copy_from_slice(g.value())))
     }
 
     fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
-        self.check_poison()?;
         // One read transaction and one table open for all the keys: one snapshot.
-        let txn = self
-            .db
-            .begin_read()
-            .map_err(|e| self.err("begin read", e))?;
-        let table = txn
-            .open_table(TABLE)
-            .map_err(|e| self.err("open table", e))?;
+        let table = self.read_table()?;
         keys.iter()
             .map(|k| {
                 let v = table.get(*k).map_err(|e| self.err("get", e))?;
@@ -334,13 +331,7 @@ impl Db for RedbDb {
         if range.is_empty() {
             return Ok(Box::new(std::iter::empty()));
         }
-        let txn = self
-            .db
-            .begin_read()
-            .map_err(|e| self.err("begin read", e))?;
-        let table = txn
-            .open_table(TABLE)
-            .map_err(|e| self.err("open table", e))?;
+        let table = self.read_table()?;
         let r = table
             .range::<&[u8]>(range.as_ref_bounds())
             .map_err(|e| self.err("range", e))?;

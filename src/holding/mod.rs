@@ -319,13 +319,23 @@ impl<D: Db> HoldingDb<D> {
     /// in flight), then the disk — the open overlay's writes are skipped. One snapshot of
     /// the disk for all of them.
     pub fn get_many_below_open(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
+        self.get_many_through(keys, false)
+    }
+
+    /// `keys` through the held windows — the open overlay when `open`, then the frozen
+    /// window — and the disk for the rest, in one `get_many` of the inner database.
+    fn get_many_through(&self, keys: &[&[u8]], open: bool) -> Result<Vec<Option<Bytes>>> {
         self.poison.check(self.inner.name())?;
         let mut out: Vec<Option<Bytes>> = Vec::with_capacity(keys.len());
         let mut missed: Vec<usize> = Vec::new();
         {
             let h = self.held.read().expect("held lock");
             for (i, key) in keys.iter().enumerate() {
-                match h.frozen.as_ref().and_then(|f| f.map.get(*key)) {
+                let held = open
+                    .then(|| h.active.map.get(*key))
+                    .flatten()
+                    .or_else(|| h.frozen.as_ref().and_then(|f| f.map.get(*key)));
+                match held {
                     Some(v) => out.push(v.clone()),
                     None => {
                         out.push(None);
@@ -334,14 +344,16 @@ impl<D: Db> HoldingDb<D> {
                 }
             }
         }
-        if !missed.is_empty() {
-            // A window dropped since the check above is already on disk.
-            let from_disk = self
-                .inner
-                .get_many(&missed.iter().map(|&i| keys[i]).collect::<Vec<_>>())?;
-            for (i, v) in missed.into_iter().zip(from_disk) {
-                out[i] = v;
-            }
+        if missed.is_empty() {
+            return Ok(out);
+        }
+        // Crash: none. A window dropped since the check above is already on disk (it is
+        // dropped only after its batch returned `Ok`).
+        let from_disk = self
+            .inner
+            .get_many(&missed.iter().map(|&i| keys[i]).collect::<Vec<_>>())?;
+        for (i, v) in missed.into_iter().zip(from_disk) {
+            out[i] = v;
         }
         Ok(out)
     }
@@ -439,37 +451,7 @@ impl<D: Db> Db for HoldingDb<D> {
     }
 
     fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
-        self.poison.check(self.inner.name())?;
-        let mut out: Vec<Option<Bytes>> = Vec::with_capacity(keys.len());
-        let mut missed: Vec<usize> = Vec::new();
-        {
-            let h = self.held.read().expect("held lock");
-            for (i, key) in keys.iter().enumerate() {
-                let held = h
-                    .active
-                    .map
-                    .get(*key)
-                    .or_else(|| h.frozen.as_ref().and_then(|f| f.map.get(*key)));
-                match held {
-                    Some(v) => out.push(v.clone()),
-                    None => {
-                        out.push(None);
-                        missed.push(i);
-                    }
-                }
-            }
-        }
-        if missed.is_empty() {
-            return Ok(out);
-        }
-        // As in `get`: a window dropped since the check above is already on disk.
-        let from_disk = self
-            .inner
-            .get_many(&missed.iter().map(|&i| keys[i]).collect::<Vec<_>>())?;
-        for (i, v) in missed.into_iter().zip(from_disk) {
-            out[i] = v;
-        }
-        Ok(out)
+        self.get_many_through(keys, true)
     }
 
     fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {

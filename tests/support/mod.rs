@@ -1,5 +1,5 @@
-//! Helpers shared by the foundation's integration tests: a valid chain of blocks and a
-//! deterministic byte generator.
+//! Helpers shared by the foundation's integration tests: a valid chain of blocks, a
+//! deterministic byte generator, and the suites' environment switches.
 //!
 //! Each test crate uses a different subset, hence the `dead_code` allowance.
 #![allow(dead_code)]
@@ -136,4 +136,20 @@ pub fn forty_part_txs(seed: u64) -> Vec<Bytes> {
     // 39 txs of 64 KiB plus their 4-byte length prefixes, the header and the commit spill
     // just past 39 parts.
     txs(&mut Rng(seed), 39, 64 * 1024)
+}
+
+/// True when `FLUSHPOINT_FULL=1`: the long suites run their whole sweep, not CI's slice.
+pub fn full() -> bool {
+    std::env::var("FLUSHPOINT_FULL").is_ok_and(|v| v == "1")
+}
+
+/// The seed in `FLUSHPOINT_SEED`, else `default`; a value that is not a u64 panics rather
+/// than silently replaying another seed.
+pub fn seed(default: u64) -> u64 {
+    match std::env::var("FLUSHPOINT_SEED") {
+        Ok(s) => s
+            .parse()
+            .unwrap_or_else(|_| panic!("FLUSHPOINT_SEED={s:?} is not a u64")),
+        Err(_) => default,
+    }
 }
