@@ -14,10 +14,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flushpoint::demo::{ChainSpec, KvApp, Profile};
 use flushpoint::{
-    BackendCounts, Batch, ChainSpec, CountingDb, Db, DbIter, Direction, Durability, FlushPolicy,
-    HoldingDb, KeyRange, KvApp, Mode, NoEvents, Node, Profile, RedbDb, RedbOptions, Result,
-    SyncCounts,
+    BackendCounts, Batch, CountingDb, Db, DbIter, Direction, Durability, FlushPolicy, HoldingDb,
+    KeyRange, Mode, NoEvents, Node, RedbDb, RedbOptions, Result, SyncCounts,
 };
 
 /// Downgrades every write to `Buffered`: the no-fsync floor. Unsafe; measuring only.
@@ -86,7 +86,7 @@ fn run(dir: &Path, mode: BenchMode, profile: Profile, blocks: u64) -> RunResult 
     let spec = ChainSpec::new(42, profile);
     let app = KvApp::open(Arc::new(HoldingDb::new(ta))).unwrap();
     let (mut node, _) =
-        Node::open(tb, ts, Box::new(app), &spec.genesis(), Box::new(NoEvents)).unwrap();
+        Node::open(tb, ts, Box::new(app), spec.chain(), Box::new(NoEvents)).unwrap();
     let counts0: Vec<SyncCounts> = vec![cb.counts(), cs.counts(), ca.counts()];
     let start = Instant::now();
     match mode {
@@ -199,7 +199,7 @@ fn point_read_with_64mib_held() -> (f64, f64) {
     let mut disk = Batch::new();
     for i in 0..100_000u64 {
         disk.put(
-            flushpoint::sha256(&i.to_be_bytes()).to_vec(),
+            flushpoint::demo::sha256(&i.to_be_bytes()).to_vec(),
             vec![1u8; 100],
         );
     }
@@ -210,7 +210,7 @@ fn point_read_with_64mib_held() -> (f64, f64) {
         let mut b = Batch::new();
         for _ in 0..1000 {
             b.put(
-                flushpoint::sha256(&i.to_be_bytes()).to_vec(),
+                flushpoint::demo::sha256(&i.to_be_bytes()).to_vec(),
                 vec![2u8; 100],
             );
             i += 1;
@@ -218,10 +218,10 @@ fn point_read_with_64mib_held() -> (f64, f64) {
         db.write(&b, Durability::Synced).unwrap();
     }
     let held_keys: Vec<_> = (1_000_000u64..1_000_000 + 10_000)
-        .map(|i| flushpoint::sha256(&i.to_be_bytes()))
+        .map(|i| flushpoint::demo::sha256(&i.to_be_bytes()))
         .collect();
     let disk_keys: Vec<_> = (0u64..10_000)
-        .map(|i| flushpoint::sha256(&i.to_be_bytes()))
+        .map(|i| flushpoint::demo::sha256(&i.to_be_bytes()))
         .collect();
     let time = |keys: &[[u8; 32]]| {
         let t = Instant::now();

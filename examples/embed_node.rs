@@ -16,10 +16,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use flushpoint::{
-    ChainSpec, Db, FlushPolicy, HandshakeCase, HoldingDb, Home, KvApp, NoEvents, Node, Profile,
-    ReadView,
-};
+use flushpoint::demo::{ChainSpec, KvApp, Profile};
+use flushpoint::{Db, FlushPolicy, HandshakeCase, HoldingDb, Home, NoEvents, Node, ReadView};
 
 /// Blocks block-synced before the switch to consensus.
 const SYNC_BLOCKS: u64 = 3_000;
@@ -29,19 +27,22 @@ const CONSENSUS_BLOCKS: u64 = 10;
 /// record: one batch), the results, the app's commit, the state.
 const SYNCED_WRITES_PER_CONSENSUS_BLOCK: u64 = 4;
 
-fn open(dir: &Path, spec: &ChainSpec) -> flushpoint::Result<(Node, HandshakeCase)> {
+fn open(
+    dir: &Path,
+    spec: &ChainSpec,
+) -> flushpoint::Result<(Node<flushpoint::demo::DemoChain>, HandshakeCase)> {
     let home = Home::open(dir)?;
     let (node, report) = Node::open_home(
         home,
         |app_db: Arc<dyn Db>| Ok(Box::new(KvApp::open(Arc::new(HoldingDb::new(app_db)))?)),
-        &spec.genesis(),
+        spec.chain(),
         Box::new(NoEvents),
     )?;
     Ok((node, report.case))
 }
 
 /// `sync_data` calls the home's three database files have made so far.
-fn home_syncs(node: &Node) -> u64 {
+fn home_syncs(node: &Node<flushpoint::demo::DemoChain>) -> u64 {
     let home = node.home().expect("opened with open_home");
     [&home.block_store_db, &home.state_db, &home.app_db]
         .iter()

@@ -18,8 +18,11 @@ use crate::db::{RedbDb, RedbOptions};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, FsFile, OpenMode, StdFs, create_dir_all_durably};
 
-/// The home layout version this build reads and writes.
-pub const HOME_FORMAT_VERSION: u32 = 1;
+/// The home layout version this build reads and writes. 2: the chain seam (ADR 0009) — a
+/// block meta keeps the chain's header bytes length-prefixed, the state store keeps history
+/// slots, the rollback intent keeps the rebuilt state as the chain's bytes. A version-1 home
+/// is refused with [`Error::HomeVersion`] (rebuild it by syncing again); it is never read.
+pub const HOME_FORMAT_VERSION: u32 = 2;
 
 pub(crate) const FORMAT_FILE: &str = "FORMAT";
 const LOCK_FILE: &str = "LOCK";

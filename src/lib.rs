@@ -7,7 +7,14 @@
 //! it or refuses with the heights involved.
 //!
 //! Layers (dependencies point down): `codec` (keys, records) → `db` (the [`Db`] trait,
-//! backends, counters) → stores ([`BlockStore`], [`StateStore`]).
+//! backends, counters) → `holding` ([`HoldingDb`]) → stores ([`BlockStore`],
+//! [`StateStore`]) → [`Node`] (flush points, the handshake).
+//!
+//! The engine is chain-agnostic: an embedder brings its own block, commit, state and
+//! results types and its rules through [`Chain`] (ADR 0009), and its application through
+//! [`App`]. [`demo`] is one implementation — a synthetic chain and a key-value app — that
+//! the example below, the `flushpoint` tool, the tests and the benches use; the
+//! `ledger_node` example is another, with its own encoding, hash function and app.
 //!
 //! # Example
 //!
@@ -17,9 +24,8 @@
 //! ```
 //! use std::sync::Arc;
 //! use std::time::Instant;
-//! use flushpoint::{
-//!     ChainSpec, Db, FlushPolicy, HoldingDb, KvApp, MemoryDb, NoEvents, Node, Profile, ReadView,
-//! };
+//! use flushpoint::demo::{ChainSpec, KvApp, Profile};
+//! use flushpoint::{Db, FlushPolicy, HoldingDb, MemoryDb, NoEvents, Node, ReadView};
 //!
 //! let spec = ChainSpec::new(1, Profile::Light);
 //! let app = KvApp::open(Arc::new(HoldingDb::new(
@@ -29,7 +35,7 @@
 //!     Arc::new(MemoryDb::new("block store")),
 //!     Arc::new(MemoryDb::new("state")),
 //!     Box::new(app),
-//!     &spec.genesis(),
+//!     spec.chain(),
 //!     Box::new(NoEvents),
 //! )?;
 //! assert_eq!(report.height, 0);
@@ -59,6 +65,7 @@ mod app;
 mod chain;
 pub mod codec;
 mod db;
+pub mod demo;
 mod error;
 mod fs;
 mod holding;
@@ -70,8 +77,11 @@ pub(crate) mod store;
 pub mod testing;
 mod types;
 
-pub use app::{App, AppInfo, KvApp, Tx, UNDO_RETENTION_BLOCKS};
-pub use chain::{ChainSpec, Profile};
+pub use app::{App, AppInfo};
+pub use chain::{
+    Chain, ChainBlock, ChainCommit, ChainResults, ChainState, HistorySlot, HistoryValue,
+    StoredHistory,
+};
 pub use db::{
     BackendCounters, BackendCounts, Batch, CountingBackend, CountingDb, Db, DbIter, Direction,
     Durability, Entry, EntryRef, KeyRange, MemoryDb, Op, RedbDb, RedbOptions, SyncCounters,
@@ -88,8 +98,8 @@ pub use holding::{HeldStore, HeldWrite, HoldingDb};
 pub use home::{HOME_FORMAT_VERSION, Home};
 pub use node::{
     DeferredWrites, Event, EventKind, EventSink, FLUSH_BYTES_MAX, FLUSH_INTERVAL, FlushInputs,
-    FlushPolicy, FlushReport, FlushTrigger, Genesis, HandshakeCase, HandshakeReport, Mode,
-    NoEvents, Node, NodeDb, Observed, ReadView, classify, observe,
+    FlushPolicy, FlushReport, FlushTrigger, HandshakeCase, HandshakeReport, Mode, NoEvents, Node,
+    NodeDb, Observed, ReadView, classify, observe,
 };
 pub use rollback::{ROLLBACK_INTENT_FILE, RollbackReport, pending_rollback, rollback};
 pub use store::{

@@ -37,7 +37,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::app::App;
+use crate::chain::{
+    Chain, ChainBlock, ChainCommit, ChainResults, ChainState, HistorySlot, StoredHistory,
+};
 use crate::codec::{Reader, RecordKind, Writer};
 use crate::db::{Db, RedbOptions};
 use crate::error::{CorruptReason, Error, Heights, Result, RollbackRefusal, hex};
@@ -45,7 +50,7 @@ use crate::fs::{FileSystem, OpenMode, StdFs};
 use crate::home::Home;
 use crate::node::{HandshakeCase, classify, observe};
 use crate::store::{BlockStore, StateStore};
-use crate::types::{Record, State, decode, encode};
+use crate::types::{Hash, Record, decode, encode};
 
 /// Name of the intent file a rollback keeps in the home directory while it runs.
 pub const ROLLBACK_INTENT_FILE: &str = "ROLLBACK-IN-PROGRESS";
@@ -70,13 +75,34 @@ impl Step {
     }
 }
 
+/// The state a rollback lowers the state store to, as the chain encoded it: finishing the
+/// rollback needs no chain types, so [`Home::open`] can do it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RebuiltState {
+    /// Its height (= the rollback's target).
+    height: u64,
+    /// Its app hash (checked against the app's after the app step).
+    app_hash: Hash,
+    /// Its initial height.
+    initial_height: u64,
+    /// [`ChainState::encode`]'s bytes.
+    bytes: Bytes,
+}
+
+/// Intent payload flag: no state to lower. (1 was an older build's typed state, refused.)
+const INTENT_NO_STATE: u8 = 0;
+/// Intent payload flag: a [`RebuiltState`] follows.
+const INTENT_STATE: u8 = 2;
+
 /// The intent file's record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Intent {
     to: u64,
     step: Step,
+    /// The state's height when the rollback started (reported when a home is refused).
+    state_height_before: u64,
     /// The state at `to`, when the state must be lowered to it.
-    state: Option<State>,
+    state: Option<RebuiltState>,
     /// Written by the tool before the rollback moved into the library: the text `to\n`.
     /// That tool lowered the state, then the block store, and never the app.
     legacy: bool,
@@ -88,11 +114,15 @@ impl Record for Intent {
         w.u64(self.to).u8(self.step as u8);
         match &self.state {
             Some(s) => {
-                w.u8(1);
-                s.encode_payload(w);
+                w.u8(INTENT_STATE)
+                    .u64(self.state_height_before)
+                    .u64(s.height)
+                    .hash(&s.app_hash)
+                    .u64(s.initial_height)
+                    .raw(&s.bytes);
             }
             None => {
-                w.u8(0);
+                w.u8(INTENT_NO_STATE).u64(self.state_height_before);
             }
         }
     }
@@ -103,14 +133,29 @@ impl Record for Intent {
             2 => Step::Stores,
             _ => return Err(CorruptReason::Invalid("rollback step is not 1 or 2")),
         };
-        let state = match r.u8()? {
-            0 => None,
-            1 => Some(State::decode_payload(r)?),
-            _ => return Err(CorruptReason::Invalid("rollback state flag is not 0 or 1")),
+        let flag = r.u8()?;
+        let state_height_before = match flag {
+            INTENT_NO_STATE | INTENT_STATE => r.u64()?,
+            _ => {
+                return Err(CorruptReason::Invalid(
+                    "rollback state flag is not 0 or 2 (1: an older build's intent; finish it with that build)",
+                ));
+            }
+        };
+        let state = if flag == INTENT_STATE {
+            Some(RebuiltState {
+                height: r.u64()?,
+                app_hash: r.hash()?,
+                initial_height: r.u64()?,
+                bytes: Bytes::copy_from_slice(r.rest()),
+            })
+        } else {
+            None
         };
         Ok(Intent {
             to,
             step,
+            state_height_before,
             state,
             legacy: false,
         })
@@ -159,6 +204,7 @@ fn read_intent(fs: &dyn FileSystem, dir: &Path) -> Result<Option<Intent>> {
         return Ok(Some(Intent {
             to,
             step: Step::App,
+            state_height_before: 0,
             state: None,
             legacy: true,
         }));
@@ -211,11 +257,127 @@ fn remove_intent(fs: &dyn FileSystem, dir: &Path) -> Result<()> {
         .map_err(home_io(dir, "fsync the home directory"))
 }
 
-fn stores(home: &Home) -> Result<(BlockStore, StateStore)> {
+fn stores<C: Chain>(home: &Home) -> Result<(BlockStore<C::Block>, StateStore<C>)> {
     Ok((
         BlockStore::open(home.block_store_db.clone() as Arc<dyn Db>)?,
         StateStore::open(home.state_db.clone() as Arc<dyn Db>),
     ))
+}
+
+/// The chain of a rollback's store steps, which decode no block, commit, state or results
+/// (they read the block store's range and metas and write the intent's state bytes):
+/// finishing a rollback needs no chain types, so [`Home::open`] can do it. Every decode of
+/// it fails, so a read it was not meant to make is reported, never misread.
+#[derive(Debug, Clone)]
+struct Opaque;
+
+const OPAQUE: &str = "a rollback's store step decodes no chain value";
+
+impl ChainCommit for Opaque {
+    fn height(&self) -> u64 {
+        0
+    }
+    fn block_hash(&self) -> Hash {
+        [0; 32]
+    }
+    fn encode(&self) -> Bytes {
+        Bytes::new()
+    }
+    fn decode(_: &[u8]) -> std::result::Result<Self, CorruptReason> {
+        Err(CorruptReason::Invalid(OPAQUE))
+    }
+}
+
+impl ChainBlock for Opaque {
+    type Commit = Opaque;
+    fn height(&self) -> u64 {
+        0
+    }
+    fn hash(&self) -> Hash {
+        [0; 32]
+    }
+    fn encode(&self) -> Bytes {
+        Bytes::new()
+    }
+    fn decode(_: &[u8]) -> std::result::Result<Self, CorruptReason> {
+        Err(CorruptReason::Invalid(OPAQUE))
+    }
+    fn last_commit(&self) -> &Opaque {
+        self
+    }
+    fn parent_app_hash(&self) -> Hash {
+        [0; 32]
+    }
+    fn header_bytes(&self) -> Bytes {
+        Bytes::new()
+    }
+    fn tx_count(&self) -> u32 {
+        0
+    }
+}
+
+impl ChainState for Opaque {
+    fn height(&self) -> u64 {
+        0
+    }
+    fn initial_height(&self) -> u64 {
+        1
+    }
+    fn app_hash(&self) -> Hash {
+        [0; 32]
+    }
+    fn encode(&self) -> Bytes {
+        Bytes::new()
+    }
+    fn decode(_: &[u8]) -> std::result::Result<Self, CorruptReason> {
+        Err(CorruptReason::Invalid(OPAQUE))
+    }
+}
+
+impl ChainResults for Opaque {
+    fn encode(&self) -> Bytes {
+        Bytes::new()
+    }
+    fn decode(_: &[u8]) -> std::result::Result<Self, CorruptReason> {
+        Err(CorruptReason::Invalid(OPAQUE))
+    }
+}
+
+impl Chain for Opaque {
+    type Block = Opaque;
+    type Commit = Opaque;
+    type State = Opaque;
+    type Results = Opaque;
+    fn genesis_id(&self) -> Hash {
+        [0; 32]
+    }
+    fn genesis_state(&self, _: Hash) -> Opaque {
+        Opaque
+    }
+    fn validate(&self, _: &Opaque, _: &Opaque) -> std::result::Result<(), String> {
+        Err(OPAQUE.into())
+    }
+    fn next_state(&self, s: &Opaque, _: &Opaque, _: &Opaque, _: Hash) -> Opaque {
+        s.clone()
+    }
+}
+
+/// The stores' loads a chain reads to rebuild a past state.
+struct Stored<'a, C: Chain> {
+    bs: &'a BlockStore<C::Block>,
+    st: &'a StateStore<C>,
+}
+
+impl<C: Chain> StoredHistory<C> for Stored<'_, C> {
+    fn block(&self, height: u64) -> Result<Option<C::Block>> {
+        self.bs.load_block(height)
+    }
+    fn results(&self, height: u64) -> Result<Option<C::Results>> {
+        self.st.load_results(height)
+    }
+    fn history(&self, slot: HistorySlot, height: u64) -> Result<Option<(u64, Bytes)>> {
+        self.st.load_history(slot, height)
+    }
 }
 
 /// The target of the rollback a crash interrupted in `home`, if any.
@@ -258,7 +420,7 @@ pub(crate) fn finish_or_refuse(home: &Home) -> Result<()> {
     let Some(intent) = read_intent(home.fs(), home.path())? else {
         return Ok(());
     };
-    let (bs, st) = stores(home)?;
+    let bs = BlockStore::<Opaque>::open(home.block_store_db.clone() as Arc<dyn Db>)?;
     if intent.step == Step::App {
         tracing::warn!(
             target: "flushpoint::rollback",
@@ -270,7 +432,7 @@ pub(crate) fn finish_or_refuse(home: &Home) -> Result<()> {
             path: home.path().to_path_buf(),
             to: intent.to,
             block_store_height: bs.height(),
-            state_height: st.height()?,
+            state_height: intent.state_height_before,
             step: if intent.legacy {
                 "state (an older build's rollback)"
             } else {
@@ -284,17 +446,12 @@ pub(crate) fn finish_or_refuse(home: &Home) -> Result<()> {
         block_store_height = bs.height(),
         "finishing an interrupted rollback on open"
     );
-    finish_stores(home, &bs, &st, &intent).map(|_| ())
+    finish_stores(home, &bs, &intent).map(|_| ())
 }
 
 /// Steps 4 and 5: idempotent, so a rerun after any crash inside them finishes them.
 /// Returns (blocks removed, whether the state was lowered).
-fn finish_stores(
-    home: &Home,
-    bs: &BlockStore,
-    st: &StateStore,
-    intent: &Intent,
-) -> Result<(u64, bool)> {
+fn finish_stores(home: &Home, bs: &BlockStore<Opaque>, intent: &Intent) -> Result<(u64, bool)> {
     debug_assert_eq!(intent.step, Step::Stores, "invariant: the app step is done");
     // The block store first: with the blocks above the target gone and the state still
     // above it, the handshake refuses the home. The other order could leave the block store
@@ -302,10 +459,15 @@ fn finish_stores(
     let removed = bs.rollback_to(intent.to)?;
     let mut lowered = false;
     if let Some(state) = &intent.state {
-        let state_height = st.height()?;
-        if state_height > intent.to {
-            // Rebuilt in step 1, before block `to + 1` (which it needed) was removed.
-            st.rollback_to(state, state_height)?;
+        // Rebuilt in step 1, before block `to + 1` (which it needed) was removed. Written
+        // unless the state store already holds exactly it (a rerun after this step).
+        let st = StateStore::<Opaque>::open(home.state_db.clone() as Arc<dyn Db>);
+        if st.load_state_bytes()?.as_ref() != Some(&state.bytes) {
+            st.rollback_to_bytes(
+                state.height,
+                &state.bytes,
+                intent.state_height_before.max(state.height),
+            )?;
             lowered = true;
         }
     }
@@ -328,9 +490,14 @@ fn finish_stores(
 /// before the intent is written ([`Error::RollbackRefused`], [`Error::AppCannotRollBack`],
 /// a read error): nothing was written. `Err` after: the intent stays; rerunning with the
 /// same `to` finishes the rollback, and [`Home::open`] finishes or refuses it.
-pub fn rollback(home: &Home, app: &mut dyn App, to: u64) -> Result<RollbackReport> {
+pub fn rollback<C: Chain>(
+    home: &Home,
+    app: &mut dyn App<C>,
+    chain: &C,
+    to: u64,
+) -> Result<RollbackReport> {
     let (fs, dir) = (home.fs(), home.path());
-    let (bs, st) = stores(home)?;
+    let (bs, st) = stores::<C>(home)?;
     let (state, observed) = observe(&bs, &st, app)?;
     let before = Heights {
         block_store_height: observed.block_store_height,
@@ -366,6 +533,7 @@ pub fn rollback(home: &Home, app: &mut dyn App, to: u64) -> Result<RollbackRepor
             Intent {
                 to,
                 step: Step::App,
+                state_height_before: before.state_height,
                 state: None,
                 legacy: false,
             }
@@ -413,16 +581,29 @@ pub fn rollback(home: &Home, app: &mut dyn App, to: u64) -> Result<RollbackRepor
             }
             // Step 1: rebuild first: nothing is written if any input is missing.
             let new_state = if to < s {
-                Some(rebuild_state(&bs, &st, &current, to).map_err(|e| match e {
-                    Rebuild::Missing(m) => refuse(RollbackRefusal::StateRebuild(m)),
-                    Rebuild::Read(e) => e,
-                })?)
+                let rebuilt = chain
+                    .rebuild_state(&current, to, &Stored { bs: &bs, st: &st })?
+                    .map_err(|m| refuse(RollbackRefusal::StateRebuild(m)))?;
+                if rebuilt.height() != to {
+                    return Err(Error::Contract {
+                        what: "Chain::rebuild_state(..).height()",
+                        expected: to,
+                        found: rebuilt.height(),
+                    });
+                }
+                Some(RebuiltState {
+                    height: to,
+                    app_hash: rebuilt.app_hash(),
+                    initial_height: rebuilt.initial_height(),
+                    bytes: rebuilt.encode(),
+                })
             } else {
                 None
             };
             let intent = Intent {
                 to,
                 step: if a > to { Step::App } else { Step::Stores },
+                state_height_before: s,
                 state: new_state,
                 legacy: false,
             };
@@ -468,80 +649,12 @@ pub fn rollback(home: &Home, app: &mut dyn App, to: u64) -> Result<RollbackRepor
         intent.step = Step::Stores;
         write_intent(fs, dir, &intent)?;
     }
-    let (removed, lowered) = finish_stores(home, &bs, &st, &intent)?;
+    drop((bs, st));
+    let bs = BlockStore::<Opaque>::open(home.block_store_db.clone() as Arc<dyn Db>)?;
+    let (removed, lowered) = finish_stores(home, &bs, &intent)?;
     report.blocks_removed = removed;
     report.state_rolled_back = lowered;
     Ok(report)
-}
-
-enum Rebuild {
-    Missing(String),
-    Read(Error),
-}
-
-impl From<Error> for Rebuild {
-    fn from(e: Error) -> Self {
-        Rebuild::Read(e)
-    }
-}
-
-/// Rebuilds the state at `h` (< the current state's height) from stored history and
-/// checks it against block h+1's header.
-fn rebuild_state(
-    bs: &BlockStore,
-    st: &StateStore,
-    cur: &State,
-    h: u64,
-) -> std::result::Result<State, Rebuild> {
-    let missing = |what: String| Rebuild::Missing(format!("{what} is not stored"));
-    let next = bs
-        .load_block_meta(h + 1)?
-        .ok_or_else(|| missing(format!("block {}", h + 1)))?;
-    let (vals_changed, validators) = st
-        .load_validators(h + 1)?
-        .ok_or_else(|| missing(format!("the validators for height {}", h + 1)))?;
-    let (params_changed, params) = st
-        .load_consensus_params(h + 1)?
-        .ok_or_else(|| missing(format!("the consensus params for height {}", h + 1)))?;
-    let state = if h + 1 == cur.initial_height {
-        State::genesis(cur.initial_height, validators, params, next.header.app_hash)
-    } else {
-        let meta = bs
-            .load_block_meta(h)?
-            .ok_or_else(|| missing(format!("block {h}")))?;
-        let (_, last_validators) = st
-            .load_validators(h)?
-            .ok_or_else(|| missing(format!("the validators for height {h}")))?;
-        let results = st
-            .load_results(h)?
-            .ok_or_else(|| missing(format!("the results of block {h}")))?;
-        State {
-            initial_height: cur.initial_height,
-            last_block_height: h,
-            last_block_hash: meta.block_hash,
-            last_block_time_ms: meta.header.time_ms,
-            validators,
-            last_validators,
-            last_height_validators_changed: vals_changed,
-            consensus_params: params,
-            last_height_params_changed: params_changed,
-            last_results_hash: results.hash(),
-            app_hash: next.header.app_hash,
-        }
-    };
-    // Block h+1's header commits to the state it was built on: check every field it covers.
-    let hd = &next.header;
-    if hd.last_block_hash != state.last_block_hash
-        || hd.validators_hash != state.validators.hash()
-        || hd.consensus_params_hash != state.consensus_params.hash()
-        || hd.last_results_hash != state.last_results_hash
-    {
-        return Err(Rebuild::Missing(format!(
-            "the state rebuilt at height {h} does not match block {}'s header",
-            h + 1
-        )));
-    }
-    Ok(state)
 }
 
 #[cfg(test)]
@@ -557,7 +670,13 @@ mod tests {
         let i = Intent {
             to: 7,
             step: Step::App,
-            state: None,
+            state_height_before: 9,
+            state: Some(RebuiltState {
+                height: 7,
+                app_hash: [3; 32],
+                initial_height: 1,
+                bytes: Bytes::from_static(b"a chain's state"),
+            }),
             legacy: false,
         };
         write_intent(&fs, dir, &i).unwrap();
@@ -583,6 +702,7 @@ mod tests {
             &Intent {
                 to: 12,
                 step: Step::Stores,
+                state_height_before: 12,
                 state: None,
                 legacy: false,
             },

@@ -9,14 +9,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flushpoint::{
-    Block, BlockStore, Commit, CountingDb, Error, Header, MemoryDb, PartSet, SyncCounters,
-};
+use flushpoint::demo::{Block, Commit, Header};
+use flushpoint::{BlockStore, CountingDb, Error, MemoryDb, PartSet, SyncCounters};
 use support::{Saved, block_at, chain, light_block};
 
 /// A store over a counted memory db, with handles to inspect both.
 struct Counted {
-    store: BlockStore,
+    store: BlockStore<flushpoint::demo::Block>,
     counters: Arc<SyncCounters>,
     mem: Arc<MemoryDb>,
 }
@@ -26,7 +25,7 @@ fn counted() -> Counted {
     let counting = CountingDb::new(mem.clone());
     let counters = counting.counters();
     Counted {
-        store: BlockStore::open(Arc::new(counting)).unwrap(),
+        store: BlockStore::<flushpoint::demo::Block>::open(Arc::new(counting)).unwrap(),
         counters,
         mem,
     }
@@ -34,7 +33,11 @@ fn counted() -> Counted {
 
 impl Counted {
     /// Runs `f`, which must fail, and checks that nothing was written and the range held.
-    fn rejects(&self, what: &str, f: impl FnOnce(&BlockStore) -> flushpoint::Result<()>) -> Error {
+    fn rejects(
+        &self,
+        what: &str,
+        f: impl FnOnce(&BlockStore<flushpoint::demo::Block>) -> flushpoint::Result<()>,
+    ) -> Error {
         let before: BTreeMap<Bytes, Bytes> = self.mem.snapshot();
         let counts = self.counters.snapshot();
         let (base, height) = (self.store.base(), self.store.height());
@@ -98,7 +101,7 @@ fn empty_store_accepts_any_first_height_from_one() {
         assert_eq!((c.store.base(), c.store.height()), (first, first));
         assert_eq!(c.counters.snapshot().synced_batches, 1);
         // Reopening the same db restores the range.
-        let again = BlockStore::open(c.store.db().clone()).unwrap();
+        let again = BlockStore::<flushpoint::demo::Block>::open(c.store.db().clone()).unwrap();
         assert_eq!((again.base(), again.height()), (first, first));
     }
 }

@@ -72,7 +72,7 @@ impl Db for CrashingDb {
 /// An image holding `blocks`, saved in order.
 fn image_of(blocks: &[Saved]) -> Image {
     let mem = Arc::new(MemoryDb::new("block store"));
-    let store = BlockStore::open(mem.clone()).unwrap();
+    let store = BlockStore::<flushpoint::demo::Block>::open(mem.clone()).unwrap();
     for b in blocks {
         b.save(&store).unwrap();
     }
@@ -81,11 +81,14 @@ fn image_of(blocks: &[Saved]) -> Image {
 
 /// Runs `op` on a store over `image` with no crash; returns the final image and how many
 /// writes the op issued.
-fn uncut(image: &Image, op: &dyn Fn(&BlockStore) -> Result<()>) -> (Image, u64) {
+fn uncut(
+    image: &Image,
+    op: &dyn Fn(&BlockStore<flushpoint::demo::Block>) -> Result<()>,
+) -> (Image, u64) {
     let mem = Arc::new(MemoryDb::from_map("block store", image.clone()));
     let counting = flushpoint::CountingDb::new(mem.clone());
     let counters = counting.counters();
-    let store = BlockStore::open(Arc::new(counting)).unwrap();
+    let store = BlockStore::<flushpoint::demo::Block>::open(Arc::new(counting)).unwrap();
     op(&store).unwrap();
     let c = counters.snapshot();
     assert_eq!(c.buffered_batches, 0, "every block store write is synced");
@@ -93,8 +96,8 @@ fn uncut(image: &Image, op: &dyn Fn(&BlockStore) -> Result<()>) -> (Image, u64) 
 }
 
 /// The consistency a reopened store must show after any crash.
-fn assert_consistent(mem: &Arc<MemoryDb>, what: &str) -> BlockStore {
-    let store = BlockStore::open(mem.clone())
+fn assert_consistent(mem: &Arc<MemoryDb>, what: &str) -> BlockStore<flushpoint::demo::Block> {
+    let store = BlockStore::<flushpoint::demo::Block>::open(mem.clone())
         .unwrap_or_else(|e| panic!("{what}: the store does not reopen: {e}"));
     let (base, height) = (store.base(), store.height());
     assert_eq!(
@@ -132,8 +135,8 @@ fn assert_consistent(mem: &Arc<MemoryDb>, what: &str) -> BlockStore {
 fn crash_at_every_write(
     name: &str,
     image: &Image,
-    op: &dyn Fn(&BlockStore) -> Result<()>,
-    redo: &dyn Fn(&BlockStore) -> Result<()>,
+    op: &dyn Fn(&BlockStore<flushpoint::demo::Block>) -> Result<()>,
+    redo: &dyn Fn(&BlockStore<flushpoint::demo::Block>) -> Result<()>,
     writes_min: u64,
 ) {
     let (want, writes) = uncut(image, op);
@@ -154,7 +157,7 @@ fn crash_at_every_write(
                 writes_seen: AtomicU64::new(0),
                 crashes: crashes.clone(),
             };
-            let store = BlockStore::open(Arc::new(db)).unwrap();
+            let store = BlockStore::<flushpoint::demo::Block>::open(Arc::new(db)).unwrap();
             assert!(op(&store).is_err(), "{what}: the op did not see the crash");
             assert_eq!(
                 crashes.load(Ordering::SeqCst),

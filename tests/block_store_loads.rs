@@ -32,18 +32,24 @@ fn mixed_chain(n: u64, seed: u64) -> Vec<Saved> {
     out
 }
 
-fn memory_store() -> (BlockStore, Arc<MemoryDb>) {
+fn memory_store() -> (BlockStore<flushpoint::demo::Block>, Arc<MemoryDb>) {
     let mem = Arc::new(MemoryDb::new("block store"));
-    (BlockStore::open(mem.clone()).unwrap(), mem)
+    (
+        BlockStore::<flushpoint::demo::Block>::open(mem.clone()).unwrap(),
+        mem,
+    )
 }
 
 /// Checks every load of a stored block against what was saved. `top` is the store's
 /// height: the canonical commit of `top` arrives only with block `top + 1`.
-fn assert_loads(store: &BlockStore, s: &Saved, next: Option<&Saved>) {
+fn assert_loads(store: &BlockStore<flushpoint::demo::Block>, s: &Saved, next: Option<&Saved>) {
     let h = s.height();
     let meta = store.load_block_meta(h).unwrap().expect("meta");
     assert_eq!(meta.block_hash, s.hash());
-    assert_eq!(meta.header, s.block.header);
+    assert_eq!(
+        flushpoint::demo::Header::from_bytes(&meta.header).unwrap(),
+        s.block.header
+    );
     assert_eq!(meta.part_count, s.parts.total());
     assert_eq!(meta.block_size, s.parts.byte_size());
     assert_eq!(meta.tx_count as usize, s.block.txs.len());
@@ -78,7 +84,7 @@ fn assert_loads(store: &BlockStore, s: &Saved, next: Option<&Saved>) {
 }
 
 /// Checks that nothing of block `h` can be loaded.
-fn assert_gone(store: &BlockStore, s: &Saved) {
+fn assert_gone(store: &BlockStore<flushpoint::demo::Block>, s: &Saved) {
     let h = s.height();
     assert_eq!(store.load_block_meta(h).unwrap(), None, "meta {h}");
     assert_eq!(store.load_block_part(h, 0).unwrap(), None, "part {h}");
@@ -143,7 +149,7 @@ fn reopen_restores_base_and_height_memory_and_redb() {
     }
     store.prune(3).unwrap();
     drop(store);
-    let store = BlockStore::open(mem).unwrap();
+    let store = BlockStore::<flushpoint::demo::Block>::open(mem).unwrap();
     assert_eq!((store.base(), store.height()), (3, 6));
     assert_loads(&store, &blocks[5], None);
 
@@ -152,7 +158,7 @@ fn reopen_restores_base_and_height_memory_and_redb() {
     let path = dir.path().join("blockstore.redb");
     let open = || {
         let db = RedbDb::open(&path, "block store", &RedbOptions::default()).unwrap();
-        BlockStore::open(Arc::new(db)).unwrap()
+        BlockStore::<flushpoint::demo::Block>::open(Arc::new(db)).unwrap()
     };
     let store = open();
     assert_eq!((store.base(), store.height()), (0, 0));
@@ -234,7 +240,7 @@ fn prune_spanning_several_batches_removes_everything_below_retain() {
 fn prune_rejects_bad_retain_heights_and_writes_nothing() {
     let counting = CountingDb::new(MemoryDb::new("block store"));
     let counters = counting.counters();
-    let store = BlockStore::open(Arc::new(counting)).unwrap();
+    let store = BlockStore::<flushpoint::demo::Block>::open(Arc::new(counting)).unwrap();
     // An empty store has nothing to prune to.
     for retain in [0, 1, 5] {
         assert!(
@@ -282,7 +288,7 @@ fn rollback_removes_blocks_above_and_lowers_height() {
     // The same chain continues from 8, and the store survives a reopen.
     blocks[7].save(&store).unwrap();
     assert_loads(&store, &blocks[6], Some(&blocks[7]));
-    let store = BlockStore::open(mem.clone()).unwrap();
+    let store = BlockStore::<flushpoint::demo::Block>::open(mem.clone()).unwrap();
     assert_eq!((store.base(), store.height()), (1, 8));
 
     // A flush record at or below the new height is kept.
@@ -334,7 +340,7 @@ fn rollback_below_base_is_refused_and_to_just_below_base_empties_the_store() {
     // Just below the base: every block goes, and the store is empty — also after a reopen.
     assert_eq!(store.rollback_to(6).unwrap(), 4);
     assert_eq!((store.base(), store.height()), (0, 0));
-    let reopened = BlockStore::open(mem.clone()).unwrap();
+    let reopened = BlockStore::<flushpoint::demo::Block>::open(mem.clone()).unwrap();
     assert_eq!((reopened.base(), reopened.height()), (0, 0));
     assert!(
         keys_of(&*mem).is_empty(),
@@ -366,7 +372,7 @@ fn prune_then_refill_reuses_redb_file_space() {
         )
         .unwrap(),
     );
-    let store = BlockStore::open(db.clone()).unwrap();
+    let store = BlockStore::<flushpoint::demo::Block>::open(db.clone()).unwrap();
     let mut rng = support::Rng(10);
     let mut prev = [0; 32];
     let mut h = 0;

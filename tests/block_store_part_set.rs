@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
+use flushpoint::demo::{ChainSpec, KvApp, Profile};
 use flushpoint::{
-    BlockStore, ChainSpec, CountingDb, Db, Error, FlushPolicy, HoldingDb, KvApp, MemoryDb,
-    NoEvents, Node, PartSet, Profile,
+    BlockStore, CountingDb, Db, Error, FlushPolicy, HoldingDb, MemoryDb, NoEvents, Node, PartSet,
 };
 
 fn spec(seed: u64) -> ChainSpec {
@@ -58,10 +58,10 @@ fn block_store_refuses_a_part_set_that_is_not_the_blocks_own_and_writes_nothing(
     let mem = Arc::new(MemoryDb::new("block store"));
     let counting = CountingDb::new(mem.clone());
     let counters = counting.counters();
-    let store = BlockStore::open(Arc::new(counting)).unwrap();
+    let store = BlockStore::<flushpoint::demo::Block>::open(Arc::new(counting)).unwrap();
     let (a, b) = (spec(1), spec(2));
     let genesis = a.genesis();
-    let state = flushpoint::State::genesis(
+    let state = flushpoint::demo::State::genesis(
         genesis.initial_height,
         genesis.validators,
         genesis.consensus_params,
@@ -107,7 +107,7 @@ fn the_node_refuses_a_foreign_part_set_in_block_sync_and_in_consensus_without_po
             block_db,
             state_db,
             Box::new(app),
-            &a.genesis(),
+            a.chain(),
             Box::new(NoEvents),
         )
         .unwrap();

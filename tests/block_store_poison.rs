@@ -94,7 +94,7 @@ fn assert_poisoned<T: std::fmt::Debug>(what: &str, r: Result<T>) {
 }
 
 /// Every public call of a poisoned store reports the poison.
-fn assert_every_call_poisoned(store: &BlockStore, blocks: &[Saved]) {
+fn assert_every_call_poisoned(store: &BlockStore<flushpoint::demo::Block>, blocks: &[Saved]) {
     let stored = &blocks[0];
     let next = &blocks[2];
     let later = &blocks[3];
@@ -130,7 +130,7 @@ fn failed_save_block_poisons_every_later_call() {
         let mem = Arc::new(MemoryDb::new("block store"));
         let db = FailingDb::new(mem.clone(), 2, failure);
         let (calls, injected) = (db.write_calls.clone(), db.injected_failures.clone());
-        let store = BlockStore::open(Arc::new(db)).unwrap();
+        let store = BlockStore::<flushpoint::demo::Block>::open(Arc::new(db)).unwrap();
         let blocks = chain(1, 4, 3, 100, 11);
         blocks[0].save(&store).unwrap();
         blocks[1].save(&store).unwrap();
@@ -162,7 +162,7 @@ fn failed_save_block_poisons_every_later_call() {
 
         // A restart (a new store over the same database) sees what the failed write left:
         // either outcome is possible after an Err, and both are consistent.
-        let reopened = BlockStore::open(mem.clone()).unwrap();
+        let reopened = BlockStore::<flushpoint::demo::Block>::open(mem.clone()).unwrap();
         let want = match failure {
             Failure::Lost => 2,
             Failure::Landed => 3,
@@ -174,15 +174,19 @@ fn failed_save_block_poisons_every_later_call() {
 
 #[test]
 fn failed_prune_and_rollback_poison_the_store() {
-    type Op = fn(&BlockStore) -> Result<u64>;
+    type Op = fn(&BlockStore<flushpoint::demo::Block>) -> Result<u64>;
     let ops: [(&str, Op); 2] = [
-        ("prune", |s: &BlockStore| s.prune(3)),
-        ("rollback_to", |s: &BlockStore| s.rollback_to(2)),
+        ("prune", |s: &BlockStore<flushpoint::demo::Block>| {
+            s.prune(3)
+        }),
+        ("rollback_to", |s: &BlockStore<flushpoint::demo::Block>| {
+            s.rollback_to(2)
+        }),
     ];
     for (what, op) in ops {
         let db = FailingDb::new(MemoryDb::new("block store"), 4, Failure::Lost);
         let injected = db.injected_failures.clone();
-        let store = BlockStore::open(Arc::new(db)).unwrap();
+        let store = BlockStore::<flushpoint::demo::Block>::open(Arc::new(db)).unwrap();
         let blocks = chain(1, 4, 2, 50, 5);
         for b in &blocks {
             b.save(&store).unwrap();
@@ -270,7 +274,7 @@ fn failed_redb_fdatasync_poisons_store_and_database() {
     };
     let redb =
         Arc::new(RedbDb::with_backend("block store", backend, &RedbOptions::default()).unwrap());
-    let store = BlockStore::open(redb.clone()).unwrap();
+    let store = BlockStore::<flushpoint::demo::Block>::open(redb.clone()).unwrap();
     let blocks = chain(1, 4, 3, 100, 13);
     blocks[0].save(&store).unwrap();
     blocks[1].save(&store).unwrap();

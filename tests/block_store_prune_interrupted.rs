@@ -16,19 +16,19 @@ fn blocks_left_below_the_base_by_an_interrupted_prune_load_as_pruned() {
     let blocks = chain(1, 10, 2, 64, 7);
     let budget = FailAfter::never();
     let failing = Arc::new(FailingDb::new(mem.clone() as Arc<dyn Db>, budget));
-    let store = BlockStore::open(failing.clone()).unwrap();
+    let store = BlockStore::<flushpoint::demo::Block>::open(failing.clone()).unwrap();
     for b in &blocks {
         b.save(&store).unwrap();
     }
     // Interrupt the prune right after its first write (the base record): the deletions fail.
     let budget = FailAfter::new(1);
     let failing = Arc::new(FailingDb::new(mem.clone() as Arc<dyn Db>, budget));
-    let store = BlockStore::open(failing.clone()).unwrap();
+    let store = BlockStore::<flushpoint::demo::Block>::open(failing.clone()).unwrap();
     assert!(store.prune(6).is_err());
     assert_eq!(failing.failures(), 1, "the fault fired");
 
     // Restart over the same disk: base 6, blocks 1..=5 still stored below it.
-    let store = BlockStore::open(mem.clone()).unwrap();
+    let store = BlockStore::<flushpoint::demo::Block>::open(mem.clone()).unwrap();
     assert_eq!((store.base(), store.height()), (6, 10));
     assert!(
         mem.get(&flushpoint::codec::keys::height_key(
@@ -84,7 +84,7 @@ fn blocks_left_below_the_base_by_an_interrupted_prune_load_as_pruned() {
 #[test]
 fn prune_to_the_current_base_writes_nothing() {
     let counting = Arc::new(CountingDb::new(MemoryDb::new("block store")));
-    let store = BlockStore::open(counting.clone()).unwrap();
+    let store = BlockStore::<flushpoint::demo::Block>::open(counting.clone()).unwrap();
     for b in chain(1, 5, 1, 32, 3) {
         b.save(&store).unwrap();
     }

@@ -10,7 +10,8 @@ use support::chain;
 
 #[test]
 fn rollback_to_the_base_keeps_exactly_the_base_block() {
-    let store = BlockStore::open(Arc::new(MemoryDb::new("block store"))).unwrap();
+    let store = BlockStore::<flushpoint::demo::Block>::open(Arc::new(MemoryDb::new("block store")))
+        .unwrap();
     for b in chain(3, 6, 1, 32, 5) {
         b.save(&store).unwrap();
     }
@@ -20,14 +21,14 @@ fn rollback_to_the_base_keeps_exactly_the_base_block() {
     assert!(store.load_block(3).unwrap().is_some());
     assert!(store.load_block(4).unwrap().is_none());
     // The store reopens at the same range.
-    let reopened = BlockStore::open(store.db().clone()).unwrap();
+    let reopened = BlockStore::<flushpoint::demo::Block>::open(store.db().clone()).unwrap();
     assert_eq!((reopened.base(), reopened.height()), (3, 3));
 }
 
 #[test]
 fn a_flush_record_survives_a_rollback_to_its_end_and_not_below() {
     let mem = Arc::new(MemoryDb::new("block store"));
-    let store = BlockStore::open(mem.clone()).unwrap();
+    let store = BlockStore::<flushpoint::demo::Block>::open(mem.clone()).unwrap();
     let blocks = chain(1, 8, 1, 32, 9);
     for b in &blocks[..5] {
         b.save(&store).unwrap();

@@ -200,7 +200,7 @@ fn kind(s: &Saved) -> &'static str {
 
 /// Saves each block and checks the `Db`-level counts: one synced batch, nothing buffered,
 /// nothing failed, and the bytes of exactly one batch holding the block's parts.
-fn save_counted(store: &BlockStore, counters: &SyncCounters, s: &Saved) {
+fn save_counted(store: &BlockStore<flushpoint::demo::Block>, counters: &SyncCounters, s: &Saved) {
     let before = counters.snapshot();
     s.save(store).expect("save_block");
     let d = counters.snapshot() - before;
@@ -227,7 +227,7 @@ fn save_counted(store: &BlockStore, counters: &SyncCounters, s: &Saved) {
 fn save_block_syncs_exactly_once_memory() {
     let counting = CountingDb::new(MemoryDb::new("block store"));
     let counters = counting.counters();
-    let store = BlockStore::open(Arc::new(counting)).unwrap();
+    let store = BlockStore::<flushpoint::demo::Block>::open(Arc::new(counting)).unwrap();
     for s in blocks() {
         save_counted(&store, &counters, &s);
     }
@@ -257,7 +257,7 @@ fn open_logged(path: &std::path::Path) -> (Arc<RedbDb>, Arc<Mutex<Vec<Call>>>) {
 /// Saves every block of [`blocks`], checking each save's syncs; returns how many saves grew
 /// the file.
 fn save_all_measured(
-    store: &BlockStore,
+    store: &BlockStore<flushpoint::demo::Block>,
     counters: &SyncCounters,
     redb: &RedbDb,
     calls: &Mutex<Vec<Call>>,
@@ -302,7 +302,7 @@ fn save_block_syncs_exactly_once_redb() {
     let (redb, calls) = open_logged(&dir.path().join("blockstore.redb"));
     let counting = CountingDb::new(redb.clone());
     let counters = counting.counters();
-    let store = BlockStore::open(Arc::new(counting)).unwrap();
+    let store = BlockStore::<flushpoint::demo::Block>::open(Arc::new(counting)).unwrap();
 
     // Grow the file first: write a big value, then delete it. The growth must be seen here,
     // or the log could not tell growth syncs apart at all.
@@ -340,7 +340,7 @@ fn save_block_syncs_exactly_once_redb_with_growth_counted_apart() {
     let (redb, calls) = open_logged(&dir.path().join("blockstore.redb"));
     let counting = CountingDb::new(redb.clone());
     let counters = counting.counters();
-    let store = BlockStore::open(Arc::new(counting)).unwrap();
+    let store = BlockStore::<flushpoint::demo::Block>::open(Arc::new(counting)).unwrap();
     let grown_saves = save_all_measured(&store, &counters, &redb, &calls);
     assert!(
         grown_saves >= 1,

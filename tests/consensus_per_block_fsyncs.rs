@@ -5,20 +5,21 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use flushpoint::demo::{ChainSpec, KvApp, Profile};
 use flushpoint::{
-    BackendCounts, ChainSpec, CountingDb, Db, FlushPolicy, HoldingDb, KvApp, MemoryDb, Mode,
-    NoEvents, Node, Profile, RedbDb, RedbOptions, SyncCounts,
+    BackendCounts, CountingDb, Db, FlushPolicy, HoldingDb, MemoryDb, Mode, NoEvents, Node, RedbDb,
+    RedbOptions, SyncCounts,
 };
 
 const BLOCKS: u64 = 20;
 
-fn open(spec: &ChainSpec, dbs: &[Arc<dyn Db>; 3]) -> Node {
+fn open(spec: &ChainSpec, dbs: &[Arc<dyn Db>; 3]) -> Node<flushpoint::demo::DemoChain> {
     let app = KvApp::open(Arc::new(HoldingDb::new(dbs[2].clone()))).unwrap();
     Node::open(
         dbs[0].clone(),
         dbs[1].clone(),
         Box::new(app),
-        &spec.genesis(),
+        spec.chain(),
         Box::new(NoEvents),
     )
     .unwrap()

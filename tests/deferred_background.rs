@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use flushpoint::codec::keys;
+use flushpoint::demo::{ChainSpec, KvApp, Profile};
 use flushpoint::testing::{FailAfter, FailingDb, RecordingDb, WriteLog};
 use flushpoint::{
-    Batch, ChainSpec, Db, DbIter, Direction, Durability, Error, Event, EventKind, FlushPolicy,
-    FlushReport, HoldingDb, KeyRange, KvApp, MemoryDb, Node, Profile, Result,
+    Batch, Db, DbIter, Direction, Durability, Error, Event, EventKind, FlushPolicy, FlushReport,
+    HoldingDb, KeyRange, MemoryDb, Node, Result,
 };
 
 const WINDOW: u64 = 3;
@@ -90,14 +91,14 @@ struct Rig {
     dbs: [Inner; 3],
     gate: Arc<Gate>,
     fired: Arc<Mutex<Vec<Event>>>,
-    node: Option<Node>,
+    node: Option<Node<flushpoint::demo::DemoChain>>,
 }
 
 impl Rig {
-    fn n(&mut self) -> &mut Node {
+    fn n(&mut self) -> &mut Node<flushpoint::demo::DemoChain> {
         self.node.as_mut().expect("the node is still here")
     }
-    fn take(&mut self) -> Node {
+    fn take(&mut self) -> Node<flushpoint::demo::DemoChain> {
         self.node.take().expect("the node is still here")
     }
 }
@@ -143,7 +144,7 @@ fn rig(budgets: [FailAfter; 3]) -> Rig {
         block_db,
         dbs[1].clone(),
         Box::new(app),
-        &spec().genesis(),
+        spec().chain(),
         Box::new(sink),
     )
     .unwrap();
@@ -183,7 +184,10 @@ fn sync(r: &mut Rig, n: u64, now: Instant) -> Result<Vec<FlushReport>> {
 }
 
 /// Polls the timer until a flush point completes.
-fn poll_until_done(node: &mut Node, now: Instant) -> Result<FlushReport> {
+fn poll_until_done(
+    node: &mut Node<flushpoint::demo::DemoChain>,
+    now: Instant,
+) -> Result<FlushReport> {
     let t = Instant::now();
     loop {
         if let Some(rep) = node.on_timer(now)? {

@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flushpoint::codec::keys;
+use flushpoint::demo::{ChainSpec, KvApp, Profile};
 use flushpoint::testing::{FailAfter, FailingDb, RecordingDb, WriteLog};
 use flushpoint::{
-    ChainSpec, Db, Durability, Error, Event, EventKind, FlushPolicy, FlushTrigger, HoldingDb,
-    KvApp, MemoryDb, Node, Profile,
+    Db, Durability, Error, Event, EventKind, FlushPolicy, FlushTrigger, HoldingDb, MemoryDb, Node,
 };
 
 type Rec = Arc<RecordingDb<FailingDb<MemoryDb>>>;
@@ -23,7 +23,7 @@ struct Rig {
     dbs: [Rec; 3],
     /// (event, log length when it fired)
     fired: Arc<Mutex<Vec<(Event, usize)>>>,
-    node: Node,
+    node: Node<flushpoint::demo::DemoChain>,
 }
 
 /// A node whose three databases record into one log; `budgets[i]` writes succeed on
@@ -47,7 +47,7 @@ fn rig(spec: &ChainSpec, budgets: [FailAfter; 3]) -> Rig {
         dbs[0].clone(),
         dbs[1].clone(),
         Box::new(app),
-        &spec.genesis(),
+        spec.chain(),
         Box::new(sink),
     )
     .unwrap();

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flushpoint::demo::{Block, ChainSpec, Commit, KvApp, Profile, State, Tx, sha256};
 use flushpoint::{
-    Block, ChainSpec, Commit, CountingDb, Db, FLUSH_BYTES_MAX, FlushPolicy, FlushReport,
-    FlushTrigger, HandshakeCase, HoldingDb, KvApp, MemoryDb, NoEvents, Node, PartSet, Profile,
-    State, SyncCounts, Tx, sha256,
+    CountingDb, Db, FLUSH_BYTES_MAX, FlushPolicy, FlushReport, FlushTrigger, HandshakeCase,
+    HoldingDb, MemoryDb, NoEvents, Node, PartSet, SyncCounts,
 };
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -33,7 +33,11 @@ impl Dbs {
     fn counts(&self) -> [SyncCounts; 3] {
         [self.bs.counts(), self.st.counts(), self.app.counts()]
     }
-    fn open_with(&self, spec: &ChainSpec, halt_height: Option<u64>) -> Node {
+    fn open_with(
+        &self,
+        spec: &ChainSpec,
+        halt_height: Option<u64>,
+    ) -> Node<flushpoint::demo::DemoChain> {
         let mut app =
             KvApp::open(Arc::new(HoldingDb::new(self.app.clone() as Arc<dyn Db>))).unwrap();
         if halt_height.is_some() {
@@ -43,13 +47,13 @@ impl Dbs {
             self.bs.clone(),
             self.st.clone(),
             Box::new(app),
-            &spec.genesis(),
+            spec.chain(),
             Box::new(NoEvents),
         )
         .unwrap()
         .0
     }
-    fn open(&self, spec: &ChainSpec) -> Node {
+    fn open(&self, spec: &ChainSpec) -> Node<flushpoint::demo::DemoChain> {
         self.open_with(spec, None)
     }
 }
@@ -101,7 +105,13 @@ fn block_with_txs(spec: &ChainSpec, state: &State, txs: Vec<Bytes>) -> (Block, P
 }
 
 /// Syncs `n` generated blocks at time `now`, asserting none flushes and none syncs.
-fn sync_quietly(node: &mut Node, spec: &ChainSpec, dbs: &Dbs, n: u64, now: Instant) {
+fn sync_quietly(
+    node: &mut Node<flushpoint::demo::DemoChain>,
+    spec: &ChainSpec,
+    dbs: &Dbs,
+    n: u64,
+    now: Instant,
+) {
     for _ in 0..n {
         let before = dbs.counts();
         let (b, p, c) = spec.next_block(node.state());
@@ -238,14 +248,17 @@ struct IndexingApp {
 
 const INDEX_ENTRY_BYTES: usize = 64 * 1024;
 
-impl flushpoint::App for IndexingApp {
+impl flushpoint::App<flushpoint::demo::DemoChain> for IndexingApp {
     fn committed(&self) -> flushpoint::Result<flushpoint::AppInfo> {
         self.inner.committed()
     }
     fn durable(&self) -> flushpoint::Result<flushpoint::AppInfo> {
         self.inner.durable()
     }
-    fn execute_block(&mut self, block: &Block) -> flushpoint::Result<flushpoint::BlockResults> {
+    fn execute_block(
+        &mut self,
+        block: &Block,
+    ) -> flushpoint::Result<flushpoint::demo::BlockResults> {
         self.inner.execute_block(block)
     }
     fn commit(&mut self) -> flushpoint::Result<flushpoint::AppInfo> {
@@ -281,13 +294,13 @@ impl flushpoint::App for IndexingApp {
     }
 }
 
-fn open_indexing(dbs: &Dbs, spec: &ChainSpec) -> Node {
+fn open_indexing(dbs: &Dbs, spec: &ChainSpec) -> Node<flushpoint::demo::DemoChain> {
     let inner = KvApp::open(Arc::new(HoldingDb::new(dbs.app.clone() as Arc<dyn Db>))).unwrap();
     Node::open(
         dbs.bs.clone(),
         dbs.st.clone(),
         Box::new(IndexingApp { inner }),
-        &spec.genesis(),
+        spec.chain(),
         Box::new(NoEvents),
     )
     .unwrap()
@@ -410,7 +423,7 @@ fn clean_stop_writes_what_is_held_and_a_reopen_sees_it() {
         dbs.bs.clone(),
         dbs.st.clone(),
         Box::new(app),
-        &spec.genesis(),
+        spec.chain(),
         Box::new(NoEvents),
     )
     .unwrap();

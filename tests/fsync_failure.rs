@@ -31,7 +31,8 @@ use std::time::Instant;
 
 use common::disk::{Fate, Kind, Sim};
 use common::{Plan, drive, open_node};
-use flushpoint::{AppInfo, Db, Event, Mode, RedbDb, RedbOptions, State};
+use flushpoint::demo::State;
+use flushpoint::{AppInfo, Db, Event, Mode, RedbDb, RedbOptions};
 use support::full;
 
 fn options() -> RedbOptions {

@@ -23,11 +23,13 @@ use std::time::Instant;
 
 use arbitrary::{Arbitrary, Unstructured};
 use flushpoint::codec::RecordKind;
+use flushpoint::demo::{
+    Block, BlockResults, ChainSpec, Commit, ConsensusParams, KvApp, Profile, State,
+    TypedHistoryEntry, ValidatorSet,
+};
 use flushpoint::{
-    Block, BlockMeta, BlockResults, BlockStoreState, ChainSpec, Commit, ConsensusParams,
-    CorruptReason, Direction, FlushPolicy, FlushRecord, HeightValue, HistoryEntry, HoldingDb,
-    KeyRange, KvApp, MemoryDb, NoEvents, Node, Profile, Record, State, ValidatorSet, collect_range,
-    decode, encode,
+    BlockMeta, BlockStoreState, CorruptReason, Direction, FlushPolicy, FlushRecord, HeightValue,
+    HoldingDb, KeyRange, MemoryDb, NoEvents, Node, Record, collect_range, decode, encode,
 };
 use fuzz_checks::{KEY, TARGETS, run_target};
 
@@ -165,12 +167,12 @@ fn stored_corpora_reach_accepting_and_rejecting_paths() {
         ("decode_hash_index", accepted_rejected::<HeightValue>),
         (
             "decode_params_info",
-            accepted_rejected::<HistoryEntry<ConsensusParams>>,
+            accepted_rejected::<TypedHistoryEntry<ConsensusParams>>,
         ),
         ("decode_state", accepted_rejected::<State>),
         (
             "decode_validators_info",
-            accepted_rejected::<HistoryEntry<ValidatorSet>>,
+            accepted_rejected::<TypedHistoryEntry<ValidatorSet>>,
         ),
     ];
     for (name, f) in reach {
@@ -211,7 +213,7 @@ fn real_chain() -> (Entries, Vec<Block>) {
         bs.clone(),
         st.clone(),
         Box::new(app),
-        &spec.genesis(),
+        spec.chain(),
         Box::new(NoEvents),
     )
     .expect("open node");
@@ -304,9 +306,15 @@ fn seeds() -> BTreeMap<&'static str, Vec<Vec<u8>>> {
     seeds_of::<Commit>(&values, m.entry("decode_commit").or_default());
     seeds_of::<FlushRecord>(&values, m.entry("decode_flush_record").or_default());
     seeds_of::<HeightValue>(&values, m.entry("decode_hash_index").or_default());
-    seeds_of::<HistoryEntry<ConsensusParams>>(&values, m.entry("decode_params_info").or_default());
+    seeds_of::<TypedHistoryEntry<ConsensusParams>>(
+        &values,
+        m.entry("decode_params_info").or_default(),
+    );
     seeds_of::<State>(&values, m.entry("decode_state").or_default());
-    seeds_of::<HistoryEntry<ValidatorSet>>(&values, m.entry("decode_validators_info").or_default());
+    seeds_of::<TypedHistoryEntry<ValidatorSet>>(
+        &values,
+        m.entry("decode_validators_info").or_default(),
+    );
     let mut rng = SplitMix(0x0f22_5eed);
     let holding = m.entry("holding_ops").or_default();
     for i in 0..24 {

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flushpoint::demo::{ChainSpec, KvApp, Profile, State};
 use flushpoint::testing::{FailAfter, FailingDb};
 use flushpoint::{
-    ChainSpec, CountingDb, Db, Direction, Error, FlushPolicy, HandshakeCase, HandshakeReport,
-    HoldingDb, KeyRange, KvApp, MemoryDb, NoEvents, Node, Profile, RedbDb, RedbOptions, State,
-    collect_range,
+    CountingDb, Db, Direction, Error, FlushPolicy, HandshakeCase, HandshakeReport, HoldingDb,
+    KeyRange, MemoryDb, NoEvents, Node, RedbDb, RedbOptions, collect_range,
 };
 
 const NAMES: [&str; 3] = ["block_store", "state", "app"];
@@ -32,18 +32,20 @@ fn redb(dir: &Path, i: usize) -> RedbDb {
     .unwrap()
 }
 
-fn open_over(dbs: [Arc<dyn Db>; 3]) -> flushpoint::Result<(Node, HandshakeReport)> {
+fn open_over(
+    dbs: [Arc<dyn Db>; 3],
+) -> flushpoint::Result<(Node<flushpoint::demo::DemoChain>, HandshakeReport)> {
     let app = KvApp::open(Arc::new(HoldingDb::new(dbs[2].clone())))?;
     Node::open(
         dbs[0].clone(),
         dbs[1].clone(),
         Box::new(app),
-        &spec().genesis(),
+        spec().chain(),
         Box::new(NoEvents),
     )
 }
 
-fn open(dir: &Path) -> flushpoint::Result<(Node, HandshakeReport)> {
+fn open(dir: &Path) -> flushpoint::Result<(Node<flushpoint::demo::DemoChain>, HandshakeReport)> {
     open_over([0, 1, 2].map(|i| Arc::new(redb(dir, i)) as Arc<dyn Db>))
 }
 
@@ -56,7 +58,7 @@ fn policy() -> FlushPolicy {
     }
 }
 
-fn sync_to(node: &mut Node, height: u64) -> flushpoint::Result<()> {
+fn sync_to(node: &mut Node<flushpoint::demo::DemoChain>, height: u64) -> flushpoint::Result<()> {
     node.start_block_sync(policy(), Instant::now())?;
     while node.height() < height {
         let (b, p, c) = spec().next_block(node.state());
@@ -65,7 +67,7 @@ fn sync_to(node: &mut Node, height: u64) -> flushpoint::Result<()> {
     Ok(())
 }
 
-fn commit_to(node: &mut Node, height: u64) -> flushpoint::Result<()> {
+fn commit_to(node: &mut Node<flushpoint::demo::DemoChain>, height: u64) -> flushpoint::Result<()> {
     while node.height() < height {
         let (b, p, c) = spec().next_block(node.state());
         node.commit_block(&b, &p, &c)?;
@@ -97,7 +99,7 @@ fn crash(
     dir: &Path,
     victim: usize,
     budget: u64,
-    f: impl FnOnce(&mut Node) -> flushpoint::Result<()>,
+    f: impl FnOnce(&mut Node<flushpoint::demo::DemoChain>) -> flushpoint::Result<()>,
 ) {
     let failing = Arc::new(FailingDb::new(redb(dir, victim), FailAfter::new(budget)));
     let dbs = [0, 1, 2].map(|i| {
@@ -133,7 +135,11 @@ fn snapshot(dir: &Path) -> Vec<BTreeMap<Bytes, Bytes>> {
 
 /// Reopens after the crash, asserts the case and that the result equals the uncut run;
 /// returns the report and the node.
-fn restart(dir: &Path, case: HandshakeCase, height: u64) -> (Node, HandshakeReport, u64) {
+fn restart(
+    dir: &Path,
+    case: HandshakeCase,
+    height: u64,
+) -> (Node<flushpoint::demo::DemoChain>, HandshakeReport, u64) {
     let bs = Arc::new(CountingDb::new(redb(dir, 0)));
     let dbs: [Arc<dyn Db>; 3] = [bs.clone(), Arc::new(redb(dir, 1)), Arc::new(redb(dir, 2))];
     let (node, report) = open_over(dbs).unwrap();
@@ -154,7 +160,7 @@ fn restart(dir: &Path, case: HandshakeCase, height: u64) -> (Node, HandshakeRepo
 }
 
 /// Syncs on from the repaired node and checks the result equals the uncut run.
-fn sync_on(mut node: Node, to: u64) {
+fn sync_on(mut node: Node<flushpoint::demo::DemoChain>, to: u64) {
     let from = node.block_store().height();
     let (b, _, _) = spec().next_block(node.state());
     assert_eq!(

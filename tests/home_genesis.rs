@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use flushpoint::codec::keys;
+use flushpoint::demo::{ChainSpec, Genesis, KvApp, Profile};
 use flushpoint::{
-    Batch, ChainSpec, Db, Durability, Error, ErrorKind, Genesis, HandshakeCase, HoldingDb, KvApp,
-    MemoryDb, NoEvents, Node, Profile, hex,
+    Batch, Db, Durability, Error, ErrorKind, HandshakeCase, HoldingDb, MemoryDb, NoEvents, Node,
+    hex,
 };
 
 struct Dbs([Arc<MemoryDb>; 3]);
@@ -22,13 +23,16 @@ impl Dbs {
             Arc::new(MemoryDb::new("app")),
         ])
     }
-    fn open(&self, genesis: &Genesis) -> flushpoint::Result<(Node, HandshakeCase)> {
+    fn open(
+        &self,
+        genesis: &Genesis,
+    ) -> flushpoint::Result<(Node<flushpoint::demo::DemoChain>, HandshakeCase)> {
         let app = KvApp::open(Arc::new(HoldingDb::new(self.0[2].clone() as Arc<dyn Db>)))?;
         Node::open(
             self.0[0].clone(),
             self.0[1].clone(),
             Box::new(app),
-            genesis,
+            flushpoint::demo::DemoChain::new(genesis.clone()),
             Box::new(NoEvents),
         )
         .map(|(n, r)| (n, r.case))
@@ -38,7 +42,7 @@ impl Dbs {
     }
 }
 
-fn commit(node: &mut Node, spec: &ChainSpec, n: u64) {
+fn commit(node: &mut Node<flushpoint::demo::DemoChain>, spec: &ChainSpec, n: u64) {
     for _ in 0..n {
         let (b, p, c) = spec.next_block(node.state());
         node.commit_block(&b, &p, &c).unwrap();

@@ -18,9 +18,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
+use flushpoint::demo::{ChainSpec, KvApp, Profile};
 use flushpoint::{
-    ChainSpec, Db, Error, ErrorKind, HOME_FORMAT_VERSION, HoldingDb, Home, KvApp, NoEvents, Node,
-    Profile, RedbDb, RedbOptions,
+    Db, Error, ErrorKind, HOME_FORMAT_VERSION, HoldingDb, Home, NoEvents, Node, RedbDb, RedbOptions,
 };
 
 /// Environment variable naming the home the child process must try to open.
@@ -196,14 +196,16 @@ fn open_existing_refuses_a_directory_that_is_not_a_home() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
-fn kv_app(app_db: Arc<dyn Db>) -> flushpoint::Result<Box<dyn flushpoint::App>> {
+fn kv_app(
+    app_db: Arc<dyn Db>,
+) -> flushpoint::Result<Box<dyn flushpoint::App<flushpoint::demo::DemoChain>>> {
     Ok(Box::new(KvApp::open(Arc::new(HoldingDb::new(app_db)))?))
 }
 
 /// Opens a node that owns the home at `path` and commits `blocks` blocks.
-fn node_in_home(path: &Path, spec: &ChainSpec, blocks: u64) -> Node {
+fn node_in_home(path: &Path, spec: &ChainSpec, blocks: u64) -> Node<flushpoint::demo::DemoChain> {
     let home = Home::open(path).unwrap();
-    let (mut node, _) = Node::open_home(home, kv_app, &spec.genesis(), Box::new(NoEvents)).unwrap();
+    let (mut node, _) = Node::open_home(home, kv_app, spec.chain(), Box::new(NoEvents)).unwrap();
     for _ in 0..blocks {
         let (b, p, c) = spec.next_block(node.state());
         node.commit_block(&b, &p, &c).unwrap();
@@ -230,7 +232,7 @@ fn a_node_owns_its_home_until_it_is_dropped() {
     let (node, report) = Node::open_home(
         Home::open(&path).unwrap(),
         kv_app,
-        &spec.genesis(),
+        spec.chain(),
         Box::new(NoEvents),
     )
     .unwrap();
@@ -250,7 +252,7 @@ fn a_homes_databases_keep_it_locked_after_the_home_is_dropped() {
         home.block_store_db.clone(),
         home.state_db.clone(),
         kv_app(home.app_db.clone()).unwrap(),
-        &spec.genesis(),
+        spec.chain(),
         Box::new(NoEvents),
     )
     .unwrap();

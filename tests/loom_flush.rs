@@ -2,7 +2,7 @@
 //!
 //! `Node` takes `&mut self`, so an embedder shares it between threads behind a mutex; stop
 //! takes it out (`Option::take`) and consumes it. This test does exactly that, with loom's
-//! `Mutex<Option<Node>>`, over a real `Node` (three `MemoryDb`s, a `KvApp`, a `ChainSpec`
+//! `Mutex<Option<Node<flushpoint::demo::DemoChain>>>`, over a real `Node` (three `MemoryDb`s, a `KvApp`, a `ChainSpec`
 //! chain of empty blocks), in block sync with a window of `WINDOW` blocks:
 //!
 //! * the timer thread, `TICKS` times: locks; if the node is still there, calls
@@ -45,9 +45,10 @@ use std::sync::Mutex as StdMutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use flushpoint::demo::{ChainSpec, KvApp, Profile};
 use flushpoint::{
-    App, BlockStore, ChainSpec, Db, Event, EventKind, FlushPolicy, FlushReport, HoldingDb, KvApp,
-    MemoryDb, Node, Profile, StateStore,
+    App, BlockStore, Db, Event, EventKind, FlushPolicy, FlushReport, HoldingDb, MemoryDb, Node,
+    StateStore,
 };
 use loom::sync::Arc as LoomArc;
 use loom::sync::Mutex;
@@ -79,10 +80,10 @@ type Raw = [Arc<MemoryDb>; 3];
 /// The heights durable in the block store, the state and the app: read from the databases
 /// under the node's overlays, with fresh readers.
 fn durable_heights(raw: &Raw) -> [u64; 3] {
-    let bs = BlockStore::open(raw[0].clone() as Arc<dyn Db>)
+    let bs = BlockStore::<flushpoint::demo::Block>::open(raw[0].clone() as Arc<dyn Db>)
         .expect("open block store")
         .height();
-    let st = StateStore::open(raw[1].clone() as Arc<dyn Db>)
+    let st = StateStore::<flushpoint::demo::DemoChain>::open(raw[1].clone() as Arc<dyn Db>)
         .load_state()
         .expect("load state")
         .map_or(0, |s| s.last_block_height);
@@ -103,7 +104,12 @@ struct Seen {
 }
 
 /// After a call returned `report`, with the node at `height` and `durable_height`.
-fn after_call(raw: &Raw, seen: &StdMutex<Seen>, report: Option<FlushReport>, node: &Node) {
+fn after_call(
+    raw: &Raw,
+    seen: &StdMutex<Seen>,
+    report: Option<FlushReport>,
+    node: &Node<flushpoint::demo::DemoChain>,
+) {
     check_after_call(
         durable_heights(raw),
         node.height(),
@@ -198,7 +204,7 @@ fn model_body(runs: &AtomicUsize) {
         raw[0].clone(),
         raw[1].clone(),
         Box::new(app),
-        &spec().genesis(),
+        spec().chain(),
         Box::new(sink),
     )
     .unwrap();

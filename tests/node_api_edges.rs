@@ -5,9 +5,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use flushpoint::demo::{ChainSpec, KvApp, Profile};
 use flushpoint::{
-    ChainSpec, CountingDb, Db, Error, Event, FlushPolicy, FlushTrigger, HandshakeCase, HoldingDb,
-    KvApp, MemoryDb, Mode, NoEvents, Node, Profile, SyncCounts,
+    CountingDb, Db, Error, Event, FlushPolicy, FlushTrigger, HandshakeCase, HoldingDb, MemoryDb,
+    Mode, NoEvents, Node, SyncCounts,
 };
 
 struct Rig {
@@ -25,19 +26,27 @@ impl Rig {
             spec: ChainSpec::new(11, Profile::Light),
         }
     }
-    fn open(&self) -> flushpoint::Result<(Node, flushpoint::HandshakeReport)> {
+    fn open(
+        &self,
+    ) -> flushpoint::Result<(
+        Node<flushpoint::demo::DemoChain>,
+        flushpoint::HandshakeReport,
+    )> {
         self.open_with(Box::new(NoEvents))
     }
     fn open_with(
         &self,
         sink: Box<dyn flushpoint::EventSink>,
-    ) -> flushpoint::Result<(Node, flushpoint::HandshakeReport)> {
+    ) -> flushpoint::Result<(
+        Node<flushpoint::demo::DemoChain>,
+        flushpoint::HandshakeReport,
+    )> {
         let app = KvApp::open(Arc::new(HoldingDb::new(self.dbs[2].clone() as Arc<dyn Db>)))?;
         Node::open(
             self.dbs[0].clone(),
             self.dbs[1].clone(),
             Box::new(app),
-            &self.spec.genesis(),
+            self.spec.chain(),
             sink,
         )
     }
@@ -315,7 +324,7 @@ fn a_failed_block_store_write_poisons_the_node_for_every_later_call() {
         failing.clone(),
         mems[1].clone(),
         Box::new(app),
-        &spec.genesis(),
+        spec.chain(),
         Box::new(NoEvents),
     )
     .unwrap();
@@ -348,7 +357,7 @@ fn a_genesis_at_height_zero_is_refused_and_writes_nothing() {
         rig.dbs[0].clone(),
         rig.dbs[1].clone(),
         Box::new(app),
-        &genesis,
+        flushpoint::demo::DemoChain::new(genesis),
         Box::new(NoEvents),
     );
     match r {

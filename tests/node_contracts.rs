@@ -12,9 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flushpoint::demo::{Block, BlockResults, ChainSpec, KvApp, Profile};
 use flushpoint::{
-    App, AppInfo, Block, BlockResults, ChainSpec, Db, Error, ErrorKind, FlushPolicy, FlushTrigger,
-    HandshakeCase, HeldStore, HoldingDb, KvApp, MemoryDb, NoEvents, Node, Profile,
+    App, AppInfo, Db, Error, ErrorKind, FlushPolicy, FlushTrigger, HandshakeCase, HeldStore,
+    HoldingDb, MemoryDb, NoEvents, Node,
 };
 
 /// How the test app breaks its contract.
@@ -48,7 +49,7 @@ struct TestApp {
     holds: Arc<std::sync::atomic::AtomicU64>,
 }
 
-impl App for TestApp {
+impl App<flushpoint::demo::DemoChain> for TestApp {
     fn committed(&self) -> flushpoint::Result<AppInfo> {
         let mut info = self.inner.committed()?;
         if let Lie::CommittedHeight { at } = self.lie
@@ -146,12 +147,15 @@ impl Harness {
             holds: self.holds.clone(),
         }
     }
-    fn open(&self, lie: Lie) -> flushpoint::Result<(Node, HandshakeCase)> {
+    fn open(
+        &self,
+        lie: Lie,
+    ) -> flushpoint::Result<(Node<flushpoint::demo::DemoChain>, HandshakeCase)> {
         Node::open(
             self.dbs[0].clone(),
             self.dbs[1].clone(),
             Box::new(self.app(lie)),
-            &self.spec.genesis(),
+            self.spec.chain(),
             Box::new(NoEvents),
         )
         .map(|(n, r)| (n, r.case))
@@ -159,11 +163,11 @@ impl Harness {
     fn snapshot(&self) -> Snapshot {
         self.dbs.iter().map(|d| d.snapshot()).collect()
     }
-    fn commit(&self, node: &mut Node) -> flushpoint::Result<()> {
+    fn commit(&self, node: &mut Node<flushpoint::demo::DemoChain>) -> flushpoint::Result<()> {
         let (b, p, c) = self.spec.next_block(node.state());
         node.commit_block(&b, &p, &c)
     }
-    fn sync(&self, node: &mut Node) -> flushpoint::Result<()> {
+    fn sync(&self, node: &mut Node<flushpoint::demo::DemoChain>) -> flushpoint::Result<()> {
         let (b, p, c) = self.spec.next_block(node.state());
         node.sync_block(&b, &p, &c, Instant::now()).map(|_| ())
     }
@@ -206,7 +210,7 @@ fn expect_contract<T: std::fmt::Debug>(
 
 /// The node refuses every later call, naming the contract as the first failure.
 #[track_caller]
-fn expect_poisoned_by_contract(node: &mut Node, h: &Harness) {
+fn expect_poisoned_by_contract(node: &mut Node<flushpoint::demo::DemoChain>, h: &Harness) {
     match h.sync(node).or_else(|_| h.commit(node)) {
         Err(Error::Poisoned { cause, .. }) => assert_eq!(cause.kind, ErrorKind::Contract),
         other => panic!("expected the node poisoned by the contract, got {other:?}"),

@@ -8,12 +8,15 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use flushpoint::demo::{ChainSpec, KvApp, Profile};
 use flushpoint::{
-    ChainSpec, Db, Event, EventKind, FlushPolicy, FlushTrigger, HandshakeCase, HoldingDb, Home,
-    KvApp, NoEvents, Node, Profile, ReadView,
+    Db, Event, EventKind, FlushPolicy, FlushTrigger, HandshakeCase, HoldingDb, Home, NoEvents,
+    Node, ReadView,
 };
 
-fn kv_app(app_db: Arc<dyn Db>) -> flushpoint::Result<Box<dyn flushpoint::App>> {
+fn kv_app(
+    app_db: Arc<dyn Db>,
+) -> flushpoint::Result<Box<dyn flushpoint::App<flushpoint::demo::DemoChain>>> {
     Ok(Box::new(KvApp::open(Arc::new(HoldingDb::new(app_db)))?))
 }
 
@@ -26,7 +29,7 @@ fn policy(background: bool) -> FlushPolicy {
     }
 }
 
-fn sync(node: &mut Node, spec: &ChainSpec, n: u64) {
+fn sync(node: &mut Node<flushpoint::demo::DemoChain>, spec: &ChainSpec, n: u64) {
     for _ in 0..n {
         let (b, p, c) = spec.next_block(node.state());
         node.sync_block(&b, &p, &c, Instant::now()).unwrap();
@@ -47,8 +50,7 @@ fn run_and_drop(path: &Path, spec: &ChainSpec, background: bool) -> (u64, u64, u
         }
     };
     let home = Home::open(path).unwrap();
-    let (mut node, report) =
-        Node::open_home(home, kv_app, &spec.genesis(), Box::new(sink)).unwrap();
+    let (mut node, report) = Node::open_home(home, kv_app, spec.chain(), Box::new(sink)).unwrap();
     assert_eq!(report.case, HandshakeCase::Fresh);
     node.start_block_sync(policy(background), Instant::now())
         .unwrap();
@@ -107,7 +109,7 @@ fn drop_in_block_sync_loses_held_blocks_never_acknowledged_ones() {
         let (node, report) = Node::open_home(
             Home::open(&path).unwrap(),
             kv_app,
-            &spec.genesis(),
+            spec.chain(),
             Box::new(NoEvents),
         )
         .unwrap();

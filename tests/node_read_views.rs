@@ -7,12 +7,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flushpoint::{
-    ChainSpec, Db, FlushPolicy, FlushTrigger, HoldingDb, KvApp, MemoryDb, NoEvents, Node, Profile,
-    ReadView,
-};
+use flushpoint::demo::{ChainSpec, KvApp, Profile};
+use flushpoint::{Db, FlushPolicy, FlushTrigger, HoldingDb, MemoryDb, NoEvents, Node, ReadView};
 
-fn open(spec: &ChainSpec) -> Node {
+fn open(spec: &ChainSpec) -> Node<flushpoint::demo::DemoChain> {
     let app = KvApp::open(Arc::new(HoldingDb::new(
         Arc::new(MemoryDb::new("app")) as Arc<dyn Db>
     )))
@@ -21,7 +19,7 @@ fn open(spec: &ChainSpec) -> Node {
         Arc::new(MemoryDb::new("block store")),
         Arc::new(MemoryDb::new("state")),
         Box::new(app),
-        &spec.genesis(),
+        spec.chain(),
         Box::new(NoEvents),
     )
     .unwrap()
@@ -39,7 +37,7 @@ fn policy(background: bool) -> FlushPolicy {
 
 /// Which of blocks `1..=top` each view sees, by height, by hash and by seen commit; checks
 /// the three agree and returns the highest seen height per view.
-fn seen(node: &Node, top: u64) -> [u64; 2] {
+fn seen(node: &Node<flushpoint::demo::DemoChain>, top: u64) -> [u64; 2] {
     [ReadView::Held, ReadView::Durable].map(|view| {
         let mut highest = 0;
         for h in 1..=top {

@@ -4,10 +4,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use flushpoint::{
-    ChainSpec, CountingDb, Db, FlushPolicy, HandshakeCase, HoldingDb, KvApp, MemoryDb, NoEvents,
-    Node, Profile,
-};
+use flushpoint::demo::{ChainSpec, KvApp, Profile};
+use flushpoint::{CountingDb, Db, FlushPolicy, HandshakeCase, HoldingDb, MemoryDb, NoEvents, Node};
 
 #[test]
 fn block_sync_then_consensus_then_restart_is_consistent() {
@@ -27,7 +25,7 @@ fn smoke(background: bool) {
             bs.clone(),
             st.clone(),
             Box::new(app),
-            &spec.genesis(),
+            spec.chain(),
             Box::new(NoEvents),
         )
         .unwrap()

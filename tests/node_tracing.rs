@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flushpoint::{ChainSpec, Db, FlushPolicy, HoldingDb, KvApp, MemoryDb, NoEvents, Node, Profile};
+use flushpoint::demo::{ChainSpec, KvApp, Profile};
+use flushpoint::{Db, FlushPolicy, HoldingDb, MemoryDb, NoEvents, Node};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
@@ -103,13 +104,16 @@ fn recorder() -> &'static Recorder {
     })
 }
 
-fn open(dbs: &[Arc<MemoryDb>; 3], spec: &ChainSpec) -> flushpoint::Result<Node> {
+fn open(
+    dbs: &[Arc<MemoryDb>; 3],
+    spec: &ChainSpec,
+) -> flushpoint::Result<Node<flushpoint::demo::DemoChain>> {
     let app = KvApp::open(Arc::new(HoldingDb::new(dbs[2].clone() as Arc<dyn Db>)))?;
     Node::open(
         dbs[0].clone(),
         dbs[1].clone(),
         Box::new(app),
-        &spec.genesis(),
+        spec.chain(),
         Box::new(NoEvents),
     )
     .map(|(n, _)| n)
@@ -230,7 +234,7 @@ trait CommitForTest {
     fn commit_block_for_test(&mut self, spec: &ChainSpec, n: u64);
 }
 
-impl CommitForTest for Node {
+impl CommitForTest for Node<flushpoint::demo::DemoChain> {
     fn commit_block_for_test(&mut self, spec: &ChainSpec, n: u64) {
         for _ in 0..n {
             let (b, p, c) = spec.next_block(self.state());

@@ -46,9 +46,9 @@ use std::time::Instant;
 
 use common::disk::{Fate, Lie, Sim};
 use common::{Plan, drive_observed, open_node};
+use flushpoint::demo::{KvApp, State};
 use flushpoint::{
-    App, AppInfo, BlockStore, Event, HandshakeReport, HoldingDb, KvApp, Node, RedbOptions, State,
-    StateStore,
+    App, AppInfo, BlockStore, Event, HandshakeReport, HoldingDb, Node, RedbOptions, StateStore,
 };
 use support::full;
 
@@ -91,8 +91,8 @@ struct RunOut {
 /// Reads each database's height as stored, without the handshake.
 fn heights_on_disk(dbs: &[Arc<dyn flushpoint::Db>], base: u64) -> flushpoint::Result<[u64; 3]> {
     let norm = |h: u64| h.max(base);
-    let b = BlockStore::open(dbs[0].clone())?.height();
-    let s = StateStore::open(dbs[1].clone())
+    let b = BlockStore::<flushpoint::demo::Block>::open(dbs[0].clone())?.height();
+    let s = StateStore::<flushpoint::demo::DemoChain>::open(dbs[1].clone())
         .load_state()?
         .map_or(0, |s| s.last_block_height);
     let a = KvApp::open(Arc::new(HoldingDb::new(dbs[2].clone())))?
@@ -133,7 +133,7 @@ fn run(sim: &Sim, plan: &Plan) -> RunOut {
                 out.acked = node.durable_height();
                 out.after_handshake = Some((node.state().clone(), node.app().durable().unwrap()));
                 let mut steps = Vec::new();
-                let mut step = |n: &Node| {
+                let mut step = |n: &Node<flushpoint::demo::DemoChain>| {
                     steps.push((
                         sim.lock().ops,
                         n.durable_height(),

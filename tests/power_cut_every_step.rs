@@ -50,10 +50,11 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use common::{Plan, drive, drive_observed, open_node};
+use flushpoint::demo::{ChainSpec, KvApp, Profile, State};
 use flushpoint::testing::{RecordingDb, WriteLog, WriteRecord};
 use flushpoint::{
-    App, AppInfo, BlockStore, ChainSpec, Db, Durability, Event, EventSink, HandshakeCase,
-    HoldingDb, KvApp, MemoryDb, Node, Op, Profile, State, StateStore,
+    App, AppInfo, BlockStore, Db, Durability, Event, EventSink, HandshakeCase, HoldingDb, MemoryDb,
+    Node, Op, StateStore,
 };
 use support::full;
 
@@ -123,8 +124,10 @@ fn mem(name: &str, map: &Map) -> Arc<dyn Db> {
 /// The heights (block store, state, app) stored in `maps`, read without the handshake; an
 /// empty database counts as `base`.
 fn heights(maps: [&Map; 3], base: u64) -> [u64; 3] {
-    let b = BlockStore::open(mem(NAMES[0], maps[0])).unwrap().height();
-    let s = StateStore::open(mem(NAMES[1], maps[1]))
+    let b = BlockStore::<flushpoint::demo::Block>::open(mem(NAMES[0], maps[0]))
+        .unwrap()
+        .height();
+    let s = StateStore::<flushpoint::demo::DemoChain>::open(mem(NAMES[1], maps[1]))
         .load_state()
         .unwrap()
         .map_or(0, |s| s.last_block_height);
@@ -586,7 +589,9 @@ impl Explorer<'_> {
             "{ctx}: the handshake left the app's commit not durable"
         );
         let mut acks = vec![(handshake_len, node.durable_height())];
-        drive_observed(&mut node, plan, &mut |n: &Node| {
+        drive_observed(&mut node, plan, &mut |n: &Node<
+            flushpoint::demo::DemoChain,
+        >| {
             acks.push((run.log.len(), n.durable_height()))
         })
         .unwrap_or_else(|e| panic!("{ctx}: sync after restart failed: {e}"));
@@ -705,7 +710,9 @@ fn uncut(cfg: &Config) -> (Reference, RunLog, [Image; 3]) {
         node.height(),
         (node.state().clone(), node.app().committed().unwrap()),
     );
-    drive_observed(&mut node, &plan, &mut |n: &Node| {
+    drive_observed(&mut node, &plan, &mut |n: &Node<
+        flushpoint::demo::DemoChain,
+    >| {
         acks.push((run.log.len(), n.durable_height()));
         at_height.insert(
             n.height(),

@@ -36,10 +36,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flushpoint::demo::{ChainSpec, KvApp, Profile, State};
 use flushpoint::{
-    Batch, ChainSpec, Db, DbIter, DirFate, Direction, Durability, Event, EventKind, FileFate,
-    FlushPolicy, HoldingDb, Home, KeyRange, KvApp, Node, Op, Profile, RedbOptions, SimFs, SimOp,
-    State, collect_range,
+    Batch, Db, DbIter, DirFate, Direction, Durability, Event, EventKind, FileFate, FlushPolicy,
+    HoldingDb, Home, KeyRange, Node, Op, RedbOptions, SimFs, SimOp, collect_range,
 };
 use support::full;
 
@@ -234,7 +234,7 @@ fn run(fs: &SimFs) -> RunOut {
                 rec[0].clone(),
                 rec[1].clone(),
                 Box::new(app),
-                &spec().genesis(),
+                spec().chain(),
                 sink,
             )
             .map_err(|e| format!("handshake: {e}"))?;

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flushpoint::demo::{Block, ChainSpec, Commit, KvApp, Profile, State, Tx, sha256};
 use flushpoint::{
-    Block, ChainSpec, Commit, Db, Error, FlushPolicy, FlushTrigger, HoldingDb, KvApp, MemoryDb,
-    NoEvents, Node, PartSet, Profile, State, Tx, sha256,
+    Db, Error, FlushPolicy, FlushTrigger, HoldingDb, MemoryDb, NoEvents, Node, PartSet,
 };
 
 fn block_with_txs(spec: &ChainSpec, state: &State, txs: Vec<Bytes>) -> (Block, PartSet, Commit) {
@@ -55,7 +55,7 @@ fn queries_answer_from_the_durable_version_while_holding() {
         Arc::new(MemoryDb::new("block store")),
         Arc::new(MemoryDb::new("state")),
         Box::new(app),
-        &spec.genesis(),
+        spec.chain(),
         Box::new(NoEvents),
     )
     .unwrap();
@@ -143,7 +143,7 @@ fn fresh_node_in_consensus_mode_answers_after_its_first_durable_block() {
         Arc::new(MemoryDb::new("block store")),
         Arc::new(MemoryDb::new("state")),
         Box::new(app),
-        &spec.genesis(),
+        spec.chain(),
         Box::new(NoEvents),
     )
     .unwrap();

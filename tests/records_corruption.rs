@@ -14,9 +14,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use flushpoint::codec::{FORMAT_VERSION, keys};
+use flushpoint::demo::DemoHistory;
+use flushpoint::demo::{BlockResults, ConsensusParams, State, TxResult, Validator, ValidatorSet};
 use flushpoint::{
-    Batch, BlockResults, BlockStore, ConsensusParams, CorruptReason, Db, Durability, Error,
-    FlushRecord, MemoryDb, State, StateStore, TxResult, Validator, ValidatorSet,
+    Batch, BlockStore, CorruptReason, Db, Durability, Error, FlushRecord, MemoryDb, StateStore,
 };
 use support::{Saved, chain};
 
@@ -203,16 +204,16 @@ fn check(case: &Case<'_>) -> usize {
 struct Fixture {
     block_db: Arc<MemoryDb>,
     state_db: Arc<MemoryDb>,
-    block_store: BlockStore,
-    state_store: StateStore,
+    block_store: BlockStore<flushpoint::demo::Block>,
+    state_store: StateStore<flushpoint::demo::DemoChain>,
     blocks: Vec<Saved>,
 }
 
 fn fixture() -> Fixture {
     let block_db = Arc::new(MemoryDb::new("block store"));
     let state_db = Arc::new(MemoryDb::new("state"));
-    let block_store = BlockStore::open(block_db.clone()).unwrap();
-    let state_store = StateStore::open(state_db.clone());
+    let block_store = BlockStore::<flushpoint::demo::Block>::open(block_db.clone()).unwrap();
+    let state_store = StateStore::<flushpoint::demo::DemoChain>::open(state_db.clone());
     let blocks = chain(1, 3, 3, 40, 21);
     for b in &blocks {
         b.save(&block_store).unwrap();
@@ -322,7 +323,7 @@ fn every_record_reports_damage_as_corruption_with_db_key_and_height() {
             key: keys::singleton(keys::BLOCK_STORE_STATE).to_vec(),
             height: None,
             load: Box::new(|| {
-                BlockStore::open(f.block_db.clone())
+                BlockStore::<flushpoint::demo::Block>::open(f.block_db.clone())
                     .map(|s| format!("base {} height {}", s.base(), s.height()))
             }),
         },

@@ -40,10 +40,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use flushpoint::demo::{ChainSpec, KvApp, Profile, UNDO_RETENTION_BLOCKS};
 use flushpoint::{
-    ChainSpec, Db, DirFate, Direction, Error, FileFate, FileSystem, HandshakeCase, HoldingDb, Home,
-    KeyRange, KvApp, NoEvents, Node, Profile, ROLLBACK_INTENT_FILE, RedbOptions, SimFs,
-    UNDO_RETENTION_BLOCKS, collect_range,
+    Db, DirFate, Direction, Error, FileFate, FileSystem, HandshakeCase, HoldingDb, Home, KeyRange,
+    NoEvents, Node, ROLLBACK_INTENT_FILE, RedbOptions, SimFs, collect_range,
 };
 use support::full;
 
@@ -101,7 +101,7 @@ fn synced_to(height: u64) -> SimFs {
         home.block_store_db.clone(),
         home.state_db.clone(),
         Box::new(app_of(&home).unwrap()),
-        &spec().genesis(),
+        spec().chain(),
         Box::new(NoEvents),
     )
     .unwrap();
@@ -160,7 +160,7 @@ fn run_rollback(fs: &SimFs, to: u64) -> Result<(), String> {
     let home = Home::open_for_rollback_on(Arc::new(fs.clone()), &home(), &options())
         .map_err(|e| format!("open for rollback: {e}"))?;
     let mut app = app_of(&home).map_err(|e| format!("app: {e}"))?;
-    flushpoint::rollback(&home, &mut app, to)
+    flushpoint::rollback(&home, &mut app, &spec().chain(), to)
         .map(|_| ())
         .map_err(|e| format!("rollback: {e}"))
 }
@@ -211,7 +211,7 @@ fn check_open(img: &SimFs, to: u64, want: &Refs) -> Result<Opened, String> {
             home.block_store_db.clone(),
             home.state_db.clone(),
             Box::new(app_of(&home).map_err(|e| format!("app: {e}"))?),
-            &spec().genesis(),
+            spec().chain(),
             Box::new(NoEvents),
         )
         .map_err(|e| format!("handshake refused an opened home: {e}"))?;
@@ -536,10 +536,12 @@ fn checks_reject_a_half_rolled_back_home_without_intent_and_a_wrong_app_value() 
 
     // 1. The block store rolled back alone: the handshake refuses the home.
     let img = wrong(&|h| {
-        flushpoint::BlockStore::open(h.block_store_db.clone() as Arc<dyn Db>)
-            .unwrap()
-            .rollback_to(to)
-            .unwrap();
+        flushpoint::BlockStore::<flushpoint::demo::Block>::open(
+            h.block_store_db.clone() as Arc<dyn Db>
+        )
+        .unwrap()
+        .rollback_to(to)
+        .unwrap();
     });
     let e = check_open(&img, to, &want).unwrap_err();
     assert!(e.contains("neither") || e.contains("handshake"), "{e}");
@@ -556,7 +558,7 @@ fn checks_reject_a_half_rolled_back_home_without_intent_and_a_wrong_app_value() 
     // 3. A finished rollback with one app value changed.
     let img = wrong(&|h| {
         let mut app = app_of(h).unwrap();
-        flushpoint::rollback(h, &mut app, to).unwrap();
+        flushpoint::rollback(h, &mut app, &spec().chain(), to).unwrap();
         let (k, v) = want.target[2].iter().next().unwrap();
         let mut b = flushpoint::Batch::new();
         let mut v = v.to_vec();
@@ -573,12 +575,18 @@ fn checks_reject_a_half_rolled_back_home_without_intent_and_a_wrong_app_value() 
         // Roll everything to `to`, then put block `to + 1` back in the block store.
         let fs2 = start.crash_image(DirFate::KeepAll, FileFate::KeepAll);
         let h2 = Home::open_on(Arc::new(fs2), &home(), &options()).unwrap();
-        let bs2 = flushpoint::BlockStore::open(h2.block_store_db.clone() as Arc<dyn Db>).unwrap();
+        let bs2 = flushpoint::BlockStore::<flushpoint::demo::Block>::open(
+            h2.block_store_db.clone() as Arc<dyn Db>,
+        )
+        .unwrap();
         let block = bs2.load_block(to + 1).unwrap().unwrap();
         let seen = bs2.load_seen_commit(to + 1).unwrap().unwrap();
         let mut app = app_of(h).unwrap();
-        flushpoint::rollback(h, &mut app, to).unwrap();
-        let bs = flushpoint::BlockStore::open(h.block_store_db.clone() as Arc<dyn Db>).unwrap();
+        flushpoint::rollback(h, &mut app, &spec().chain(), to).unwrap();
+        let bs = flushpoint::BlockStore::<flushpoint::demo::Block>::open(
+            h.block_store_db.clone() as Arc<dyn Db>
+        )
+        .unwrap();
         bs.save_block(&block, &flushpoint::PartSet::from_block(&block), &seen)
             .unwrap();
     });
@@ -601,10 +609,12 @@ fn an_older_tools_text_intent_is_refused_on_open_and_finished_by_a_rerun() {
     };
     let state_at_to = {
         let home = Home::open_on(Arc::new(synced_to(to)), &home(), &options()).unwrap();
-        flushpoint::StateStore::open(home.state_db.clone() as Arc<dyn Db>)
-            .load_state()
-            .unwrap()
-            .unwrap()
+        flushpoint::StateStore::<flushpoint::demo::DemoChain>::open(
+            home.state_db.clone() as Arc<dyn Db>
+        )
+        .load_state()
+        .unwrap()
+        .unwrap()
     };
     for state_lowered in [false, true] {
         let fs = synced_to(TOP);
@@ -612,9 +622,11 @@ fn an_older_tools_text_intent_is_refused_on_open_and_finished_by_a_rerun() {
             let home =
                 Home::open_for_rollback_on(Arc::new(fs.clone()), &home(), &options()).unwrap();
             if state_lowered {
-                flushpoint::StateStore::open(home.state_db.clone() as Arc<dyn Db>)
-                    .rollback_to(&state_at_to, TOP)
-                    .unwrap();
+                flushpoint::StateStore::<flushpoint::demo::DemoChain>::open(
+                    home.state_db.clone() as Arc<dyn Db>
+                )
+                .rollback_to(&state_at_to, TOP)
+                .unwrap();
             }
             let f = fs
                 .open_file(

@@ -14,9 +14,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use flushpoint::codec::{RecordKind, decode_record, keys};
+use flushpoint::demo::DemoHistory;
+use flushpoint::demo::{BlockResults, ConsensusParams, State, TxResult, Validator, ValidatorSet};
 use flushpoint::{
-    Batch, BlockResults, ConsensusParams, CorruptReason, Db, Durability, Error,
-    HISTORY_CHECKPOINT_INTERVAL, MemoryDb, State, StateStore, TxResult, Validator, ValidatorSet,
+    Batch, CorruptReason, Db, Durability, Error, HISTORY_CHECKPOINT_INTERVAL, MemoryDb, StateStore,
 };
 use support::{Saved, block_at};
 
@@ -90,9 +91,18 @@ struct Expected {
 
 /// Runs a chain from `initial` through `last`, saving results and state after every block,
 /// and returns the store, the final state and the model's expectations.
-fn run_chain(initial: u64, last: u64) -> (StateStore, Arc<MemoryDb>, State, Expected, Vec<Saved>) {
+fn run_chain(
+    initial: u64,
+    last: u64,
+) -> (
+    StateStore<flushpoint::demo::DemoChain>,
+    Arc<MemoryDb>,
+    State,
+    Expected,
+    Vec<Saved>,
+) {
     let mem = Arc::new(MemoryDb::new("state"));
-    let store = StateStore::open(mem.clone());
+    let store = StateStore::<flushpoint::demo::DemoChain>::open(mem.clone());
     let mut powers = genesis_validators();
     let mut params = ConsensusParams::default();
     let (mut vals_changed, mut params_changed) = (initial, initial);
@@ -153,7 +163,7 @@ fn raw_entry(db: &dyn Db, key: &[u8], kind: RecordKind) -> Option<(u64, bool)> {
 
 #[test]
 fn state_saves_and_loads_and_empty_store_has_none() {
-    let store = StateStore::open(Arc::new(MemoryDb::new("state")));
+    let store = StateStore::<flushpoint::demo::DemoChain>::open(Arc::new(MemoryDb::new("state")));
     assert_eq!(store.load_state().unwrap(), None);
     assert_eq!(store.height().unwrap(), 0);
     let (store, _, state, _, _) = run_chain(1, 12);
@@ -337,7 +347,7 @@ fn state_next_applies_updates_at_the_next_height() {
     assert_eq!(s2.last_height_validators_changed, 2);
     assert_eq!(s2.last_height_params_changed, 2);
     // Saved, the store answers with the old set at 1 and the new one from 2.
-    let store = StateStore::open(Arc::new(MemoryDb::new("state")));
+    let store = StateStore::<flushpoint::demo::DemoChain>::open(Arc::new(MemoryDb::new("state")));
     store.save_state(&genesis).unwrap();
     store.save_state(&s).unwrap();
     store.save_state(&s2).unwrap();

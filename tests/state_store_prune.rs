@@ -22,11 +22,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use flushpoint::codec::keys;
+use flushpoint::demo::DemoHistory;
+use flushpoint::demo::{BlockResults, ConsensusParams, State, TxResult, Validator, ValidatorSet};
 use flushpoint::testing::{FailAfter, FailingDb, RecordingDb, WriteLog};
 use flushpoint::{
-    Batch, BlockResults, ConsensusParams, Db, Direction, Durability, Error, ErrorKind,
-    HISTORY_CHECKPOINT_INTERVAL, KeyRange, MemoryDb, Op, STATE_PRUNE_BATCH_HEIGHTS, State,
-    StateStore, TxResult, Validator, ValidatorSet, collect_range,
+    Batch, Db, Direction, Durability, Error, ErrorKind, HISTORY_CHECKPOINT_INTERVAL, KeyRange,
+    MemoryDb, Op, STATE_PRUNE_BATCH_HEIGHTS, StateStore, collect_range,
 };
 use support::{Rng, block_at};
 
@@ -83,7 +84,7 @@ fn results(schedule: &Schedule, h: u64) -> BlockResults {
 /// after every block, as the node does).
 fn build_chain(initial: u64, last: u64, schedule: &Schedule) -> Arc<MemoryDb> {
     let mem = Arc::new(MemoryDb::new("state"));
-    let store = StateStore::open(mem.clone());
+    let store = StateStore::<flushpoint::demo::DemoChain>::open(mem.clone());
     let validators = ValidatorSet {
         validators: (1..=4u8)
             .map(|i| Validator {
@@ -155,7 +156,7 @@ struct Loads {
 }
 
 /// The loads of every height from 0 to two past the state height.
-fn snapshot(store: &StateStore) -> Vec<Loads> {
+fn snapshot(store: &StateStore<flushpoint::demo::DemoChain>) -> Vec<Loads> {
     let top = store.height().unwrap() + 2;
     (0..=top)
         .map(|h| Loads {
@@ -190,7 +191,7 @@ fn pruned_loads(height: u64, base: u64) -> Loads {
 /// height below the base loads as pruned (naming height and base), every other height
 /// loads exactly as `before`.
 fn check_cut_state(
-    store: &StateStore,
+    store: &StateStore<flushpoint::demo::DemoChain>,
     before: &[Loads],
     old_base: u64,
     retain: u64,
@@ -302,7 +303,7 @@ fn recorded_prune(map: &Map, retain: u64) -> (flushpoint::Result<u64>, Vec<Batch
         MemoryDb::from_map("state", map.clone()),
         log.clone(),
     ));
-    let store = StateStore::open(db.clone());
+    let store = StateStore::<flushpoint::demo::DemoChain>::open(db.clone());
     let r = store.prune(retain).map(|r| r.batches);
     let batches = log.records().into_iter().map(|r| r.batch).collect();
     (r, batches, all(&*db))
@@ -319,7 +320,10 @@ struct Tally {
 /// Prunes `map` to `retain` with a cut at every write, each cut state checked and then
 /// finished by a rerun that is itself cut at every write. Returns the uncut result.
 fn prune_with_cuts(map: &Map, retain: u64, label: &str, tally: &mut Tally) -> Map {
-    let store = StateStore::open(Arc::new(MemoryDb::from_map("state", map.clone())));
+    let store = StateStore::<flushpoint::demo::DemoChain>::open(Arc::new(MemoryDb::from_map(
+        "state",
+        map.clone(),
+    )));
     let before = snapshot(&store);
     let old_base = store.base().unwrap();
     let (r, batches, done) = recorded_prune(map, retain);
@@ -337,7 +341,10 @@ fn prune_with_cuts(map: &Map, retain: u64, label: &str, tally: &mut Tally) -> Ma
         (check_nothing_left_below(&done, retain), "raw"),
         (
             check_cut_state(
-                &StateStore::open(Arc::new(MemoryDb::from_map("state", done.clone()))),
+                &StateStore::<flushpoint::demo::DemoChain>::open(Arc::new(MemoryDb::from_map(
+                    "state",
+                    done.clone(),
+                ))),
                 &before,
                 old_base,
                 retain,
@@ -355,7 +362,10 @@ fn prune_with_cuts(map: &Map, retain: u64, label: &str, tally: &mut Tally) -> Ma
         let cut = apply(map, &batches, s);
         tally.states += 1;
         let at = format!("{label}: prune to {retain} cut after write {s}");
-        let store = StateStore::open(Arc::new(MemoryDb::from_map("state", cut.clone())));
+        let store = StateStore::<flushpoint::demo::DemoChain>::open(Arc::new(MemoryDb::from_map(
+            "state",
+            cut.clone(),
+        )));
         if let Err(e) = check_cut_state(&store, &before, old_base, retain) {
             tally.failures.push(format!("{at}: {e}"));
             continue;
@@ -377,7 +387,9 @@ fn prune_with_cuts(map: &Map, retain: u64, label: &str, tally: &mut Tally) -> Ma
         for t in 0..rerun.len() {
             let cut2 = apply(&cut, &rerun, t);
             tally.states += 1;
-            let store = StateStore::open(Arc::new(MemoryDb::from_map("state", cut2.clone())));
+            let store = StateStore::<flushpoint::demo::DemoChain>::open(Arc::new(
+                MemoryDb::from_map("state", cut2.clone()),
+            ));
             if let Err(e) = check_cut_state(&store, &before, old_base, retain) {
                 tally
                     .failures
@@ -473,7 +485,7 @@ fn power_cut_at_every_prune_write_keeps_retained_loads_and_rerun_finishes() {
 #[test]
 fn pruned_loads_name_the_height_and_the_base() {
     let mem = build_chain(1, 50, &Schedule::Fixed);
-    let store = StateStore::open(mem.clone());
+    let store = StateStore::<flushpoint::demo::DemoChain>::open(mem.clone());
     assert_eq!(store.base().unwrap(), 0);
     let before = snapshot(&store);
     let report = store.prune(20).unwrap();
@@ -533,7 +545,7 @@ fn prune_rejects_bad_retain_heights_and_writes_nothing() {
 #[test]
 fn rollback_below_the_base_is_refused_and_writes_nothing() {
     let mem = build_chain(1, 40, &Schedule::Fixed);
-    let store = StateStore::open(mem.clone());
+    let store = StateStore::<flushpoint::demo::DemoChain>::open(mem.clone());
     store.prune(20).unwrap();
     let state = store.load_state().unwrap().unwrap();
     let map = all(&*mem);
@@ -552,13 +564,17 @@ fn rollback_below_the_base_is_refused_and_writes_nothing() {
 #[test]
 fn the_checks_reject_wrong_stores() {
     let map = all(&*build_chain(1, 2300, &Schedule::Fixed));
-    let before = snapshot(&StateStore::open(Arc::new(MemoryDb::from_map(
-        "state",
-        map.clone(),
-    ))));
+    let before = snapshot(&StateStore::<flushpoint::demo::DemoChain>::open(Arc::new(
+        MemoryDb::from_map("state", map.clone()),
+    )));
     let (r, _, done) = recorded_prune(&map, 2100);
     r.unwrap();
-    let open = |m: &Map| StateStore::open(Arc::new(MemoryDb::from_map("state", m.clone())));
+    let open = |m: &Map| {
+        StateStore::<flushpoint::demo::DemoChain>::open(Arc::new(MemoryDb::from_map(
+            "state",
+            m.clone(),
+        )))
+    };
     assert_eq!(check_cut_state(&open(&done), &before, 0, 2100), Ok(()));
     assert_eq!(check_nothing_left_below(&done, 2100), Ok(()));
 
@@ -617,7 +633,7 @@ fn the_checks_reject_wrong_stores() {
 #[test]
 fn a_corrupt_base_record_is_reported_never_taken_as_a_base() {
     let mem = build_chain(1, 30, &Schedule::Fixed);
-    let store = StateStore::open(mem.clone());
+    let store = StateStore::<flushpoint::demo::DemoChain>::open(mem.clone());
     store.prune(10).unwrap();
     let k = keys::singleton(keys::STATE_STORE_BASE);
     let good = mem.get(&k).unwrap().expect("the base record");
@@ -656,13 +672,13 @@ fn prune_on_redb_survives_reopen() {
             b.put(k.clone(), v.clone());
         }
         db.write(&b, Durability::Synced).unwrap();
-        let store = StateStore::open(db);
+        let store = StateStore::<flushpoint::demo::DemoChain>::open(db);
         before = snapshot(&store);
         let report = store.prune(1100).unwrap();
         assert_eq!(report.batches, 3, "the base and two deletion batches");
     }
     let db = Arc::new(flushpoint::RedbDb::open(&path, "state", &options).unwrap());
-    let store = StateStore::open(db.clone());
+    let store = StateStore::<flushpoint::demo::DemoChain>::open(db.clone());
     assert_eq!(check_cut_state(&store, &before, 0, 1100), Ok(()));
     assert_eq!(store.base().unwrap(), 1100);
     assert_eq!(check_nothing_left_below(&all(&*db), 1100), Ok(()));
@@ -671,10 +687,9 @@ fn prune_on_redb_survives_reopen() {
 #[test]
 fn a_failed_prune_write_poisons_the_store_and_a_restart_finishes_the_prune() {
     let map = all(&*build_chain(1, 2300, &Schedule::Fixed));
-    let before = snapshot(&StateStore::open(Arc::new(MemoryDb::from_map(
-        "state",
-        map.clone(),
-    ))));
+    let before = snapshot(&StateStore::<flushpoint::demo::DemoChain>::open(Arc::new(
+        MemoryDb::from_map("state", map.clone()),
+    )));
     let (r, batches, done) = recorded_prune(&map, 2100);
     r.unwrap();
     assert_eq!(batches.len(), 4, "the base and three deletion batches");
@@ -683,7 +698,7 @@ fn a_failed_prune_write_poisons_the_store_and_a_restart_finishes_the_prune() {
             MemoryDb::from_map("state", map.clone()),
             FailAfter::new(k),
         ));
-        let store = StateStore::open(failing.clone());
+        let store = StateStore::<flushpoint::demo::DemoChain>::open(failing.clone());
         let e = store.prune(2100).expect_err("a write fails");
         assert_eq!(failing.failures(), 1, "write {k}: the fault fired once");
         assert_eq!(e.kind(), ErrorKind::Io, "{e}");
@@ -693,7 +708,10 @@ fn a_failed_prune_write_poisons_the_store_and_a_restart_finishes_the_prune() {
         // Restart over what reached the disk.
         let disk = all(failing.inner());
         assert_eq!(disk, apply(&map, &batches, k as usize), "write {k}");
-        let store = StateStore::open(Arc::new(MemoryDb::from_map("state", disk.clone())));
+        let store = StateStore::<flushpoint::demo::DemoChain>::open(Arc::new(MemoryDb::from_map(
+            "state",
+            disk.clone(),
+        )));
         assert_eq!(
             check_cut_state(&store, &before, 0, 2100),
             Ok(()),
@@ -710,9 +728,10 @@ fn a_failed_prune_write_poisons_the_store_and_a_restart_finishes_the_prune() {
 /// of its own); a restart's handshake finds the store consistent and the base kept.
 #[test]
 fn prune_through_the_node_in_block_sync_and_consensus_survives_restart() {
-    use flushpoint::{ChainSpec, FlushPolicy, HandshakeCase, HoldingDb, KvApp, NoEvents, Node};
+    use flushpoint::demo::{ChainSpec, KvApp};
+    use flushpoint::{FlushPolicy, HandshakeCase, HoldingDb, NoEvents, Node};
     use std::time::{Duration, Instant};
-    let spec = ChainSpec::new(11, flushpoint::Profile::Light);
+    let spec = ChainSpec::new(11, flushpoint::demo::Profile::Light);
     let bs = Arc::new(MemoryDb::new("block store"));
     let st = Arc::new(MemoryDb::new("state"));
     let app_db = Arc::new(MemoryDb::new("app"));
@@ -722,7 +741,7 @@ fn prune_through_the_node_in_block_sync_and_consensus_survives_restart() {
             bs.clone(),
             st.clone(),
             Box::new(app),
-            &spec.genesis(),
+            spec.chain(),
             Box::new(NoEvents),
         )
         .unwrap()

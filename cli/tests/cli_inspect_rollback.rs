@@ -99,7 +99,7 @@ fn rollback_below_the_app_within_its_undo_window_then_sync_matches_uncut() {
     let home = dir.path().join("home");
     sync_json(&home, 30, 2, 1);
     // 32 blocks: the undo window reaches down to 32 − 16 = 16.
-    let to = 32 - flushpoint::UNDO_RETENTION_BLOCKS;
+    let to = 32 - flushpoint::demo::UNDO_RETENTION_BLOCKS;
     let o = run(&[
         "rollback",
         "--home",

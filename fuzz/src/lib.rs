@@ -17,10 +17,10 @@
 use std::fmt::Debug;
 
 use flushpoint::codec::encode_record;
-use flushpoint::{
-    Block, BlockMeta, BlockResults, BlockStoreState, Commit, ConsensusParams, FlushRecord,
-    HeightValue, HistoryEntry, Record, State, ValidatorSet, decode, encode,
+use flushpoint::demo::{
+    Block, BlockResults, Commit, ConsensusParams, State, TypedHistoryEntry, ValidatorSet,
 };
+use flushpoint::{BlockMeta, BlockStoreState, FlushRecord, HeightValue, Record, decode, encode};
 
 /// The key every record is "stored" under.
 pub const KEY: &[u8] = b"fuzz/key";
@@ -75,12 +75,12 @@ pub const TARGETS: [(&str, Check); 11] = [
     ("decode_hash_index", check_record::<HeightValue>),
     (
         "decode_params_info",
-        check_record::<HistoryEntry<ConsensusParams>>,
+        check_record::<TypedHistoryEntry<ConsensusParams>>,
     ),
     ("decode_state", check_record::<State>),
     (
         "decode_validators_info",
-        check_record::<HistoryEntry<ValidatorSet>>,
+        check_record::<TypedHistoryEntry<ValidatorSet>>,
     ),
     ("holding_ops", holding::run_bytes),
 ];

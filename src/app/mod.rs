@@ -1,19 +1,16 @@
 //! The application side: the [`App`] trait an application implements so its commits can be
-//! held, and [`KvApp`], a deterministic demo key-value state machine.
+//! held ([`crate::demo::KvApp`] is one implementation).
 //!
 //! Invariant: an app's `commit` writes through its own database handle; whether that write
 //! is held or synced is the holding switch's business, not the app's.
 //! Invariant: queries answer from the durable version; before the first durable commit
 //! they are refused with `Error::NotYetDurable`.
 
-mod kv;
-
-pub use kv::{KvApp, Tx, UNDO_RETENTION_BLOCKS};
-
 use bytes::Bytes;
 
+use crate::chain::Chain;
 use crate::error::Result;
-use crate::types::{Block, BlockResults, Hash};
+use crate::types::Hash;
 
 /// An app's height and app hash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -24,7 +21,7 @@ pub struct AppInfo {
     pub app_hash: Hash,
 }
 
-/// An application whose commits can be held during block sync.
+/// An application of chain `C` whose commits can be held during block sync.
 ///
 /// The node calls, per block: `execute_block`, then (after saving the results) `commit`.
 /// During block sync it calls `hold` once, and at each flush point `write_held`, after the
@@ -53,7 +50,7 @@ pub struct AppInfo {
 /// The node does not panic on a broken contract. A panic inside an implementation's own
 /// method unwinds through the node call that made it; on the flush thread (background flush
 /// points) it is returned as an error and poisons the node.
-pub trait App: Send {
+pub trait App<C: Chain>: Send {
     /// Height and app hash of the last commit, held or durable.
     fn committed(&self) -> Result<AppInfo>;
 
@@ -61,7 +58,7 @@ pub trait App: Send {
     fn durable(&self) -> Result<AppInfo>;
 
     /// Executes `block` (at `committed().height + 1`) without committing it.
-    fn execute_block(&mut self, block: &Block) -> Result<BlockResults>;
+    fn execute_block(&mut self, block: &C::Block) -> Result<C::Results>;
 
     /// Commits the executed block; returns the new height and app hash.
     ///

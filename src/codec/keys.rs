@@ -12,10 +12,12 @@
 //! | block store | `0x07` | 1 | flush record {from, to} |
 //! | state | `0x10 ‖ h` | 9 | results of block h |
 //! | state | `0x11` | 1 | consensus state |
-//! | state | `0x12 ‖ h` | 9 | validator set for height h (or a pointer to its last change) |
-//! | state | `0x13 ‖ h` | 9 | consensus params for height h (or a pointer) |
+//! | state | `0x12 ‖ h` | 9 | history slot 0 at height h (demo: validator set), or a pointer to its last change |
+//! | state | `0x13 ‖ h` | 9 | history slot 1 at height h (demo: consensus params), or a pointer |
 //! | state | `0x14` | 1 | the genesis hash the home was created with |
 //! | state | `0x15` | 1 | the state store's base (heights below it are pruned) |
+//! | state | `0x16 ‖ h` | 9 | history slot 2 at height h, or a pointer |
+//! | state | `0x17 ‖ h` | 9 | history slot 3 at height h, or a pointer |
 //! | app (demo) | `0x20 ‖ key` | 1+n | an application value |
 //! | app (demo) | `0x21` | 1 | the app's meta {height, app hash} |
 //! | app (demo) | `0x22 ‖ h` | 9 | the undo record of block h |
@@ -38,10 +40,17 @@ pub const FLUSH_RECORD: u8 = 0x07;
 pub const RESULTS: u8 = 0x10;
 /// The consensus state key.
 pub const STATE: u8 = 0x11;
-/// Prefix of validator history keys.
+/// Prefix of history slot 0's keys (the demo chain's validator sets).
 pub const VALIDATORS: u8 = 0x12;
-/// Prefix of consensus params history keys.
+/// Prefix of history slot 1's keys (the demo chain's consensus params).
 pub const PARAMS: u8 = 0x13;
+/// Prefix of history slot 2's keys.
+pub const HISTORY_2: u8 = 0x16;
+/// Prefix of history slot 3's keys.
+pub const HISTORY_3: u8 = 0x17;
+
+/// The key prefix of each state history slot, by index.
+pub const HISTORY_PREFIXES: [u8; 4] = [VALIDATORS, PARAMS, HISTORY_2, HISTORY_3];
 /// The genesis hash key.
 pub const GENESIS: u8 = 0x14;
 /// The state store's base key (pruned below this height).
@@ -87,7 +96,7 @@ pub fn singleton(prefix: u8) -> [u8; 1] {
 pub fn height_of(key: &[u8]) -> Option<u64> {
     match *key.first()? {
         BLOCK_META | BLOCK_PART | BLOCK_COMMIT | SEEN_COMMIT | RESULTS | VALIDATORS | PARAMS
-        | APP_UNDO
+        | HISTORY_2 | HISTORY_3 | APP_UNDO
             if key.len() >= 9 =>
         {
             Some(u64::from_be_bytes(key[1..9].try_into().ok()?))

@@ -38,10 +38,14 @@ impl RecordKind {
     pub const STATE: RecordKind = RecordKind(16);
     /// Per-block execution results.
     pub const BLOCK_RESULTS: RecordKind = RecordKind(17);
-    /// Validator-set history entry.
+    /// A history entry of state history slot 0 (the demo chain's validator sets).
     pub const VALIDATORS_INFO: RecordKind = RecordKind(18);
-    /// Consensus-params history entry.
+    /// A history entry of state history slot 1 (the demo chain's consensus params).
     pub const PARAMS_INFO: RecordKind = RecordKind(19);
+    /// A history entry of state history slot 2.
+    pub const HISTORY_2: RecordKind = RecordKind(22);
+    /// A history entry of state history slot 3.
+    pub const HISTORY_3: RecordKind = RecordKind(23);
     /// The genesis hash a home was created with.
     pub const GENESIS_HASH: RecordKind = RecordKind(20);
     /// The state store's base: heights below it are pruned.

@@ -35,39 +35,16 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use crate::app::{App, AppInfo};
-use crate::codec::keys;
+use crate::chain::{Chain, ChainBlock, ChainState};
 use crate::db::{Batch, Db, Durability};
 use crate::error::{Error, Heights, Result};
 use crate::holding::{HeldStore, HoldingDb};
 use crate::home::Home;
 use crate::store::{BlockStore, StateStore};
-use crate::types::{Block, BlockResults, Commit, ConsensusParams, PartSet, State, ValidatorSet};
+use crate::types::PartSet;
 
 /// A database handle as the node holds it.
 pub type NodeDb = Arc<HoldingDb<Arc<dyn Db>>>;
-
-/// The chain's genesis.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Genesis {
-    /// The first height.
-    pub initial_height: u64,
-    /// The first validator set.
-    pub validators: ValidatorSet,
-    /// The first consensus params.
-    pub consensus_params: ConsensusParams,
-}
-
-impl Genesis {
-    /// The genesis hash: sha256 of the initial height, the validator set's hash and the
-    /// consensus params' hash. Stored on a home's first open and checked on every later one.
-    pub fn hash(&self) -> crate::types::Hash {
-        let mut bytes = Vec::with_capacity(8 + 64);
-        bytes.extend_from_slice(&self.initial_height.to_be_bytes());
-        bytes.extend_from_slice(&self.validators.hash());
-        bytes.extend_from_slice(&self.consensus_params.hash());
-        crate::types::sha256(&bytes)
-    }
-}
 
 /// How blocks are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -131,13 +108,14 @@ pub enum ReadView {
 /// at that height (`tests/node_drop_without_stop.rs`). A background window in flight is
 /// written to the end before the drop returns (it may leave the home one window above that
 /// height, never below). In consensus mode nothing is held, so a drop loses nothing.
-pub struct Node {
+pub struct Node<C: Chain> {
     block_db: NodeDb,
     state_db: NodeDb,
-    block_store: BlockStore,
-    state_store: StateStore,
-    app: Box<dyn App>,
-    state: State,
+    block_store: BlockStore<C::Block>,
+    state_store: StateStore<C>,
+    app: Box<dyn App<C>>,
+    chain: C,
+    state: C::State,
     mode: Mode,
     app_holds: bool,
     deferred: DeferredWrites,
@@ -179,68 +157,48 @@ fn merge_reports(a: Option<FlushReport>, b: Option<FlushReport>) -> Option<Flush
     }
 }
 
-impl std::fmt::Debug for Node {
+impl<C: Chain> std::fmt::Debug for Node<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node")
-            .field("height", &self.state.last_block_height)
+            .field("height", &self.state.height())
             .field("mode", &self.mode)
             .finish()
     }
 }
 
-fn events_of(block: &Block, results: &BlockResults) -> Vec<Event> {
-    let h = block.height();
-    let mut ev = vec![Event {
-        height: h,
-        kind: EventKind::NewBlock {
-            hash: block.hash(),
-            tx_count: block.txs.len() as u32,
-        },
-    }];
-    for (i, r) in results.tx_results.iter().enumerate() {
-        ev.push(Event {
-            height: h,
-            kind: EventKind::Tx {
-                index: i as u32,
-                code: r.code,
-            },
-        });
-    }
-    ev
-}
-
 /// Reads what the handshake looks at, normalized, without changing anything.
-pub fn observe(
-    block_store: &BlockStore,
-    state_store: &StateStore,
-    app: &dyn App,
-) -> Result<(Option<State>, Observed)> {
+pub fn observe<C: Chain>(
+    block_store: &BlockStore<C::Block>,
+    state_store: &StateStore<C>,
+    app: &dyn App<C>,
+) -> Result<(Option<C::State>, Observed)> {
     let state = state_store.load_state()?;
     let empty = state
         .as_ref()
-        .map_or(0, |s| s.initial_height.saturating_sub(1));
+        .map_or(0, |s| s.initial_height().saturating_sub(1));
     let norm = |h: u64| if h == 0 { empty } else { h };
     let observed = Observed {
         block_store_height: norm(block_store.height()),
-        state_height: state.as_ref().map_or(0, |s| s.last_block_height),
+        state_height: state.as_ref().map_or(0, |s| s.height()),
         app_height: norm(app.durable()?.height),
         record: block_store.load_flush_record()?,
     };
     Ok((state, observed))
 }
 
-impl Node {
+impl<C: Chain> Node<C> {
     /// Opens the node over its databases, runs the handshake (repairing what a crash left,
     /// or refusing with the heights), and returns it in consensus mode (call
     /// [`Node::start_block_sync`] to hold writes).
     pub fn open(
         block_store_db: Arc<dyn Db>,
         state_db: Arc<dyn Db>,
-        app: Box<dyn App>,
-        genesis: &Genesis,
+        app: Box<dyn App<C>>,
+        chain: C,
         sink: Box<dyn EventSink>,
-    ) -> Result<(Node, HandshakeReport)> {
-        if genesis.initial_height == 0 {
+    ) -> Result<(Node<C>, HandshakeReport)> {
+        let genesis_id = chain.genesis_id();
+        if chain.genesis_state([0; 32]).initial_height() == 0 {
             return Err(Error::InvalidInput(
                 "the genesis initial height must be at least 1".into(),
             ));
@@ -252,10 +210,10 @@ impl Node {
         let (state, observed) = observe(&block_store, &state_store, &*app)?;
         // Another chain's home is refused before anything is written or repaired.
         match state_store.load_genesis_hash()? {
-            Some(stored) if stored != genesis.hash() => {
+            Some(stored) if stored != genesis_id => {
                 return Err(Error::GenesisMismatch {
                     stored: crate::hex(&stored),
-                    given: crate::hex(&genesis.hash()),
+                    given: crate::hex(&genesis_id),
                 });
             }
             _ => {}
@@ -283,14 +241,9 @@ impl Node {
                         reason: "blocks or app state exist but no state was saved".into(),
                     });
                 }
-                let s = State::genesis(
-                    genesis.initial_height,
-                    genesis.validators.clone(),
-                    genesis.consensus_params.clone(),
-                    app.committed()?.app_hash,
-                );
+                let s = chain.genesis_state(app.committed()?.app_hash);
                 // The genesis state and its hash in one synced batch.
-                state_store.save_genesis(&s, &genesis.hash())?;
+                state_store.save_genesis(&s, &genesis_id)?;
                 (s, HandshakeCase::Fresh)
             }
             Some(s) => {
@@ -321,7 +274,7 @@ impl Node {
                         target: "flushpoint::handshake",
                         "recording the genesis hash of a home created before the record existed"
                     );
-                    state_store.save_genesis_hash(&genesis.hash())?;
+                    state_store.save_genesis_hash(&genesis_id)?;
                 }
                 (s, case)
             }
@@ -335,13 +288,14 @@ impl Node {
             record = %fmt_record(observed.record),
             "handshake classified the home"
         );
-        let flushed = state.last_block_height;
+        let flushed = state.height();
         let mut node = Node {
             block_db,
             state_db,
             block_store,
             state_store,
             app,
+            chain,
             state,
             mode: Mode::Consensus,
             app_holds: false,
@@ -363,7 +317,7 @@ impl Node {
                 "handshake repaired the home"
             );
         }
-        node.deferred.flushed_height = node.state.last_block_height;
+        node.deferred.flushed_height = node.state.height();
         Ok((node, report))
     }
 
@@ -376,14 +330,15 @@ impl Node {
     ///
     /// ```no_run
     /// use std::sync::Arc;
-    /// use flushpoint::{ChainSpec, Db, HoldingDb, Home, KvApp, NoEvents, Node, Profile};
+    /// use flushpoint::demo::{ChainSpec, KvApp, Profile};
+    /// use flushpoint::{Db, HoldingDb, Home, NoEvents, Node};
     ///
     /// let spec = ChainSpec::new(1, Profile::Light);
     /// let home = Home::open(std::path::Path::new("node-home"))?;
     /// let (node, _report) = Node::open_home(
     ///     home,
     ///     |app_db| Ok(Box::new(KvApp::open(Arc::new(HoldingDb::new(app_db)))?)),
-    ///     &spec.genesis(),
+    ///     spec.chain(),
     ///     Box::new(NoEvents),
     /// )?;
     /// assert!(Home::open(std::path::Path::new("node-home")).is_err()); // locked
@@ -394,16 +349,16 @@ impl Node {
     /// `Err`: as [`Node::open`]; the home is closed (and unlocked) when this returns.
     pub fn open_home(
         home: Home,
-        app: impl FnOnce(Arc<dyn Db>) -> Result<Box<dyn App>>,
-        genesis: &Genesis,
+        app: impl FnOnce(Arc<dyn Db>) -> Result<Box<dyn App<C>>>,
+        chain: C,
         sink: Box<dyn EventSink>,
-    ) -> Result<(Node, HandshakeReport)> {
+    ) -> Result<(Node<C>, HandshakeReport)> {
         let app = app(home.app_db.clone() as Arc<dyn Db>)?;
         let (mut node, report) = Node::open(
             home.block_store_db.clone(),
             home.state_db.clone(),
             app,
-            genesis,
+            chain,
             sink,
         )?;
         node.home = Some(home);
@@ -448,7 +403,9 @@ impl Node {
                     b,
                     committed.height,
                 )?;
-                let next = self.state.next(&block, &results, committed.app_hash);
+                let next = self
+                    .chain
+                    .next_state(&self.state, &block, &results, committed.app_hash);
                 self.state_store.save_state(&next)?;
                 self.state = next;
                 report.applied = 1;
@@ -479,19 +436,19 @@ impl Node {
                 report.applied = b - s;
             }
         }
-        report.height = self.state.last_block_height;
+        report.height = self.state.height();
         contract(
             "App::committed().height after the handshake",
             report.height,
             self.app
                 .committed()?
                 .height
-                .max(self.state.initial_height - 1),
+                .max(self.state.initial_height() - 1),
         )?;
         Ok(report)
     }
 
-    fn load_stored_block(&self, h: u64) -> Result<Block> {
+    fn load_stored_block(&self, h: u64) -> Result<C::Block> {
         self.block_store
             .load_block(h)?
             .ok_or_else(|| Error::NotFound {
@@ -507,10 +464,10 @@ impl Node {
             self.app.execute_block(&block)?;
             let info = self.app.commit()?;
             self.check_commit(h, info)?;
-            let expected = if h == self.state.last_block_height {
-                self.state.app_hash
+            let expected = if h == self.state.height() {
+                self.state.app_hash()
             } else {
-                self.load_stored_block(h + 1)?.header.app_hash
+                self.load_stored_block(h + 1)?.parent_app_hash()
             };
             if info.app_hash != expected {
                 return Err(Error::AppHashMismatch {
@@ -528,44 +485,24 @@ impl Node {
         self.apply(&block)
     }
 
-    /// Checks that `block` follows the state. Bad blocks are refused before anything is
-    /// written, so they never poison the node.
-    fn validate(&self, block: &Block) -> Result<()> {
+    /// Checks that `block` follows the state: the engine's own rule (the next height), then
+    /// the chain's ([`Chain::validate`]). Bad blocks are refused before anything is written,
+    /// so they never poison the node.
+    fn validate(&self, block: &C::Block) -> Result<()> {
         let h = block.height();
-        let s = &self.state;
-        let bad = |reason: &str| {
-            Err(Error::InvalidBlock {
-                height: h,
-                reason: reason.to_string(),
-            })
-        };
-        if h != s.last_block_height + 1 {
-            return bad("height is not the state's next height");
+        let bad = |reason: String| Err(Error::InvalidBlock { height: h, reason });
+        if Some(h) != self.state.height().checked_add(1) {
+            return bad("height is not the state's next height".into());
         }
-        if block.header.last_block_hash != s.last_block_hash {
-            return bad("last block hash differs");
+        match self.chain.validate(&self.state, block) {
+            Ok(()) => Ok(()),
+            Err(reason) => bad(reason),
         }
-        if block.header.app_hash != s.app_hash {
-            return bad("app hash differs from the app's after the previous block");
-        }
-        if block.header.validators_hash != s.validators.hash() {
-            return bad("validators hash differs");
-        }
-        if block.header.consensus_params_hash != s.consensus_params.hash() {
-            return bad("consensus params hash differs");
-        }
-        if block.header.last_results_hash != s.last_results_hash {
-            return bad("last results hash differs");
-        }
-        if block.header.data_hash != Block::data_hash_of(&block.txs) {
-            return bad("data hash does not match the transactions");
-        }
-        Ok(())
     }
 
     /// Checks `block` against the state, executes it, saves results, commits the app and
     /// saves the state — in that order (results before the app commits; state after).
-    fn apply(&mut self, block: &Block) -> Result<Vec<Event>> {
+    fn apply(&mut self, block: &C::Block) -> Result<Vec<Event>> {
         self.validate(block)?;
         self.apply_validated(block)
     }
@@ -573,7 +510,7 @@ impl Node {
     /// [`Node::apply`] for a block [`Node::save_checked`] has just validated against this
     /// same state (the state changes only in `apply_validated`, after the check): the data
     /// hash over every transaction is not computed twice per block.
-    fn apply_validated(&mut self, block: &Block) -> Result<Vec<Event>> {
+    fn apply_validated(&mut self, block: &C::Block) -> Result<Vec<Event>> {
         debug_assert!(self.validate(block).is_ok(), "invariant: validated block");
         let h = block.height();
         let results = self.app.execute_block(block)?;
@@ -584,12 +521,24 @@ impl Node {
         // Before the state is saved: a state built on a height the app did not commit would
         // be durable past the broken contract.
         self.check_commit(h, info)?;
-        let next = self.state.next(block, &results, info.app_hash);
+        let next = self
+            .chain
+            .next_state(&self.state, block, &results, info.app_hash);
+        // The chain's contract: the state it builds is at the block's height with the app's
+        // hash (the handshake's classification reads both back).
+        contract("Chain::next_state(..).height()", h, next.height())?;
+        if next.app_hash() != info.app_hash {
+            return Err(Error::Contract {
+                what: "Chain::next_state(..).app_hash() is the app's committed hash",
+                expected: h,
+                found: h,
+            });
+        }
         // The state is saved after the app commit: a crash before this line leaves the app
         // one ahead of the state, which the handshake repairs from the saved results.
         self.state_store.save_state(&next)?;
         self.state = next;
-        Ok(events_of(block, &results))
+        Ok(self.chain.events(block, &results))
     }
 
     /// The app's side of `commit` for block `h`: it returned `h`, and `committed()` agrees.
@@ -607,7 +556,7 @@ impl Node {
     fn app_durable_height(&self) -> Result<u64> {
         let h = self.app.durable()?.height;
         Ok(if h == 0 {
-            self.state.initial_height.saturating_sub(1)
+            self.state.initial_height().saturating_sub(1)
         } else {
             h
         })
@@ -653,7 +602,8 @@ impl Node {
         }
         // Outside block sync every applied block is durable, so the window starts empty.
         assert_eq!(
-            self.deferred.flushed_height, self.state.last_block_height,
+            self.deferred.flushed_height,
+            self.state.height(),
             "invariant: block sync starts with nothing held"
         );
         // The app first: its `Err` leaves whether it holds unknown, so it poisons the node
@@ -694,9 +644,9 @@ impl Node {
     /// `Err`: the node is poisoned; restart it.
     pub fn sync_block(
         &mut self,
-        block: &Block,
+        block: &C::Block,
         parts: &PartSet,
-        seen_commit: &Commit,
+        seen_commit: &C::Commit,
         now: Instant,
     ) -> Result<Option<FlushReport>> {
         self.check_poison()?;
@@ -719,7 +669,12 @@ impl Node {
 
     /// Validates `block`, then saves it. A refused block (bad header, gap, incomplete parts)
     /// writes nothing and leaves the node usable; a failed write poisons it.
-    fn save_checked(&mut self, block: &Block, parts: &PartSet, seen_commit: &Commit) -> Result<()> {
+    fn save_checked(
+        &mut self,
+        block: &C::Block,
+        parts: &PartSet,
+        seen_commit: &C::Commit,
+    ) -> Result<()> {
         self.validate(block)?;
         match self.block_store.save_block(block, parts, seen_commit) {
             Err(e) if self.block_store.is_poisoned() => self.poisoned(Err(e)),
@@ -746,8 +701,8 @@ impl Node {
         let inputs = FlushInputs {
             since_last_flush: now.saturating_duration_since(self.deferred.last_flush),
             held_bytes: self.held_bytes(),
-            held_blocks: self.state.last_block_height - self.window_start(),
-            height: self.state.last_block_height,
+            held_blocks: self.state.height() - self.window_start(),
+            height: self.state.height(),
             halt_height: self.app.halt_height(),
             app_requested: self.app.take_flush_request(),
         };
@@ -909,7 +864,7 @@ impl Node {
         // At most one window in flight: the one before is durable before the next freezes.
         let done = self.finish_in_flight(true)?;
         let from = self.deferred.flushed_height;
-        let to = self.state.last_block_height;
+        let to = self.state.height();
         if to == from {
             self.deferred.last_flush = now;
             return Ok(done);
@@ -1042,9 +997,9 @@ impl Node {
     /// app commit and the state, each synced; then its events fire.
     pub fn commit_block(
         &mut self,
-        block: &Block,
+        block: &C::Block,
         parts: &PartSet,
-        seen_commit: &Commit,
+        seen_commit: &C::Commit,
     ) -> Result<()> {
         self.check_poison()?;
         if self.mode == Mode::BlockSync {
@@ -1065,7 +1020,7 @@ impl Node {
         for e in &events {
             self.sink.fire(e);
         }
-        self.deferred.flushed_height = self.state.last_block_height;
+        self.deferred.flushed_height = self.state.height();
         Ok(())
     }
 
@@ -1090,7 +1045,7 @@ impl Node {
 
     /// The height applied (held or durable).
     pub fn height(&self) -> u64 {
-        self.state.last_block_height
+        self.state.height()
     }
 
     /// The height durable in all three databases.
@@ -1100,25 +1055,18 @@ impl Node {
 
     /// The current state, held writes included ([`ReadView::Held`]); [`Node::rpc_state`] is
     /// the durable one.
-    pub fn state(&self) -> &State {
+    pub fn state(&self) -> &C::State {
         &self.state
     }
 
     /// The state on disk, for RPC ([`ReadView::Durable`]). Refused before the first flush
     /// point of a fresh node.
-    pub fn rpc_state(&self) -> Result<State> {
-        let k = keys::singleton(keys::STATE);
-        let v = self.state_db.get_durable(&k)?;
-        let s = match v {
-            Some(v) => crate::types::decode::<State>(&k, &v).map_err(|reason| Error::Corrupt {
-                db: self.state_db.name().to_string(),
-                key: k.to_vec(),
-                height: None,
-                reason,
-            })?,
-            None => return Err(Error::NotYetDurable { what: "the state" }),
+    pub fn rpc_state(&self) -> Result<C::State> {
+        let durable = StateStore::<C>::open(Arc::new(DiskOnly(self.state_db.clone())));
+        let Some(s) = durable.load_state()? else {
+            return Err(Error::NotYetDurable { what: "the state" });
         };
-        if s.last_block_height < s.initial_height {
+        if s.height() < s.initial_height() {
             return Err(Error::NotYetDurable { what: "the state" });
         }
         Ok(s)
@@ -1135,7 +1083,7 @@ impl Node {
     ///
     /// For reads: a block saved, pruned or rolled back through it bypasses the node, and the
     /// next flush point refuses with [`Error::Contract`] (the node is poisoned).
-    pub fn block_store(&self) -> &BlockStore {
+    pub fn block_store(&self) -> &BlockStore<C::Block> {
         &self.block_store
     }
 
@@ -1151,7 +1099,7 @@ impl Node {
     /// The block at `height` as `view` sees it: `None` if it is not stored, pruned, or (for
     /// [`ReadView::Durable`]) above [`Node::durable_height`]. Durable reads come from the
     /// disk only, never from a held or frozen window.
-    pub fn load_block(&self, height: u64, view: ReadView) -> Result<Option<Block>> {
+    pub fn load_block(&self, height: u64, view: ReadView) -> Result<Option<C::Block>> {
         match self.blocks(view, height)? {
             Some(store) => store.get().load_block(height),
             None => Ok(None),
@@ -1163,7 +1111,7 @@ impl Node {
         &self,
         hash: &crate::types::Hash,
         view: ReadView,
-    ) -> Result<Option<Block>> {
+    ) -> Result<Option<C::Block>> {
         let Some(store) = self.blocks(view, 0)? else {
             return Ok(None);
         };
@@ -1175,7 +1123,7 @@ impl Node {
     }
 
     /// The seen commit of block `height` as `view` sees it (see [`Node::load_block`]).
-    pub fn load_seen_commit(&self, height: u64, view: ReadView) -> Result<Option<Commit>> {
+    pub fn load_seen_commit(&self, height: u64, view: ReadView) -> Result<Option<C::Commit>> {
         match self.blocks(view, height)? {
             Some(store) => store.get().load_seen_commit(height),
             None => Ok(None),
@@ -1183,7 +1131,7 @@ impl Node {
     }
 
     /// The block store as `view` sees it, or `None` when `height` is above what it sees.
-    fn blocks(&self, view: ReadView, height: u64) -> Result<Option<BlocksView<'_>>> {
+    fn blocks(&self, view: ReadView, height: u64) -> Result<Option<BlocksView<'_, C::Block>>> {
         Ok(match view {
             ReadView::Held => Some(BlocksView::Held(&self.block_store)),
             ReadView::Durable if height > self.durable_height() => None,
@@ -1194,12 +1142,12 @@ impl Node {
     }
 
     /// The state store.
-    pub fn state_store(&self) -> &StateStore {
+    pub fn state_store(&self) -> &StateStore<C> {
         &self.state_store
     }
 
     /// The app.
-    pub fn app(&self) -> &dyn App {
+    pub fn app(&self) -> &dyn App<C> {
         &*self.app
     }
 
@@ -1227,14 +1175,14 @@ impl Node {
 }
 
 /// A block store seen through a [`ReadView`].
-enum BlocksView<'a> {
-    Held(&'a BlockStore),
+enum BlocksView<'a, B: ChainBlock> {
+    Held(&'a BlockStore<B>),
     /// A read-only store over the disk under the node's block store, opened for one read.
-    Durable(BlockStore),
+    Durable(BlockStore<B>),
 }
 
-impl BlocksView<'_> {
-    fn get(&self) -> &BlockStore {
+impl<B: ChainBlock> BlocksView<'_, B> {
+    fn get(&self) -> &BlockStore<B> {
         match self {
             BlocksView::Held(s) => s,
             BlocksView::Durable(s) => s,
@@ -1284,7 +1232,7 @@ fn trace_flush_point(r: &FlushReport, background: bool) {
     );
 }
 
-impl Drop for Node {
+impl<C: Chain> Drop for Node<C> {
     /// Dropping a node without [`Node::stop`] loses its held (never acknowledged) blocks; a
     /// window in flight is still written to the end, so the databases are closed when the
     /// drop returns and the home can be reopened at once.

@@ -9,16 +9,18 @@
 //! Invariant: a saved part set is the block's own encoding, byte for byte (checked before
 //! anything is staged).
 
+use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::{Bytes, BytesMut};
 
 use super::{Poison, get_record};
+use crate::chain::{ChainBlock, ChainCommit};
 use crate::codec::keys::{self, height_key, part_key};
 use crate::db::{Batch, Db, Direction, Durability, KeyRange};
 use crate::error::{CorruptReason, Error, Result};
 use crate::types::{
-    Block, BlockMeta, BlockStoreState, Commit, FlushRecord, Hash, HeightValue, PartRecord, PartSet,
+    BlockMeta, BlockStoreState, CommitRecord, FlushRecord, Hash, HeightValue, PartRecord, PartSet,
     encode,
 };
 
@@ -30,7 +32,7 @@ pub const PRUNE_BATCH_BLOCKS: u64 = 256;
 /// Checks that `parts` (complete) are `block`'s own encoding, byte for byte: a part set of
 /// another block (or a damaged one) would be stored under this block's height and hash, and
 /// reported as corruption only when read back. Costs one encoding and one comparison.
-fn check_parts_encode(block: &Block, parts: &PartSet) -> Result<()> {
+fn check_parts_encode<B: ChainBlock>(block: &B, parts: &PartSet) -> Result<()> {
     let encoded = block.encode();
     let mut offset = 0usize;
     for i in 0..parts.total() {
@@ -63,16 +65,17 @@ fn check_parts_encode(block: &Block, parts: &PartSet) -> Result<()> {
     Ok(())
 }
 
-/// The block store over any [`Db`].
+/// The block store over any [`Db`], for the chain's block type `B`.
 #[derive(Debug)]
-pub struct BlockStore {
+pub struct BlockStore<B: ChainBlock> {
     db: Arc<dyn Db>,
     range: RwLock<BlockStoreState>,
     write_lock: Mutex<()>,
     poison: Poison,
+    blocks: PhantomData<fn() -> B>,
 }
 
-impl BlockStore {
+impl<B: ChainBlock> BlockStore<B> {
     /// Opens the store, reading its base and height.
     pub fn open(db: Arc<dyn Db>) -> Result<Self> {
         let range = get_record::<BlockStoreState>(&*db, &keys::singleton(keys::BLOCK_STORE_STATE))?
@@ -82,6 +85,7 @@ impl BlockStore {
             range: RwLock::new(range),
             write_lock: Mutex::new(()),
             poison: Poison::default(),
+            blocks: PhantomData,
         })
     }
 
@@ -114,9 +118,9 @@ impl BlockStore {
     fn stage_block(
         &self,
         batch: &mut Batch,
-        block: &Block,
+        block: &B,
         parts: &PartSet,
-        seen_commit: &Commit,
+        seen_commit: &B::Commit,
     ) -> Result<BlockStoreState> {
         let cur = *self.range.read().expect("range lock");
         let h = block.height();
@@ -143,24 +147,25 @@ impl BlockStore {
         }
         check_parts_encode(block, parts)?;
         let hash = block.hash();
-        if seen_commit.height != h || seen_commit.block_hash != hash {
+        if seen_commit.height() != h || seen_commit.block_hash() != hash {
             return Err(Error::InvalidInput(format!(
                 "seen commit for height {} does not commit block {h}",
-                seen_commit.height
+                seen_commit.height()
             )));
         }
-        if block.last_commit.height.checked_add(1) != Some(h) {
+        let last_commit = block.last_commit();
+        if last_commit.height().checked_add(1) != Some(h) {
             return Err(Error::InvalidInput(format!(
                 "block {h} carries a last commit for height {}",
-                block.last_commit.height
+                last_commit.height()
             )));
         }
         let meta = BlockMeta {
             block_hash: hash,
-            header: block.header.clone(),
+            header: block.header_bytes(),
             part_count: parts.total(),
             block_size: parts.byte_size(),
-            tx_count: block.txs.len() as u32,
+            tx_count: block.tx_count(),
         };
         let k = height_key(keys::BLOCK_META, h);
         batch.put(Bytes::copy_from_slice(&k), encode(&k, &meta));
@@ -177,10 +182,16 @@ impl BlockStore {
         // The commit of block h−1 travels in block h and is stored under h−1.
         if h > 1 {
             let k = height_key(keys::BLOCK_COMMIT, h - 1);
-            batch.put(Bytes::copy_from_slice(&k), encode(&k, &block.last_commit));
+            batch.put(
+                Bytes::copy_from_slice(&k),
+                encode(&k, &CommitRecord(last_commit.encode())),
+            );
         }
         let k = height_key(keys::SEEN_COMMIT, h);
-        batch.put(Bytes::copy_from_slice(&k), encode(&k, seen_commit));
+        batch.put(
+            Bytes::copy_from_slice(&k),
+            encode(&k, &CommitRecord(seen_commit.encode())),
+        );
         let k = keys::hash_key(&hash);
         batch.put(Bytes::copy_from_slice(&k), encode(&k, &HeightValue(h)));
         let next = BlockStoreState {
@@ -200,7 +211,7 @@ impl BlockStore {
     /// `Err` from a bad block (gap, repeat, incomplete parts, mismatched commit): nothing
     /// was written. `Err` from the database: the block may or may not be durable; the store
     /// is poisoned.
-    pub fn save_block(&self, block: &Block, parts: &PartSet, seen_commit: &Commit) -> Result<()> {
+    pub fn save_block(&self, block: &B, parts: &PartSet, seen_commit: &B::Commit) -> Result<()> {
         let _w = self.write_lock.lock().expect("write lock");
         self.poison.check(self.name())?;
         let mut batch = Batch::new();
@@ -274,7 +285,7 @@ impl BlockStore {
 
     /// The whole block at `height`. A block whose meta is stored but a part is missing or
     /// does not decode is reported as corruption.
-    pub fn load_block(&self, height: u64) -> Result<Option<Block>> {
+    pub fn load_block(&self, height: u64) -> Result<Option<B>> {
         let Some(meta) = self.load_block_meta(height)? else {
             return Ok(None);
         };
@@ -292,7 +303,7 @@ impl BlockStore {
             }
         }
         let k = height_key(keys::BLOCK_META, height);
-        let block = Block::decode(&buf).map_err(|r| self.corrupt(&k, Some(height), r))?;
+        let block = B::decode(&buf).map_err(|r| self.corrupt(&k, Some(height), r))?;
         if block.hash() != meta.block_hash {
             return Err(self.corrupt(
                 &k,
@@ -300,15 +311,11 @@ impl BlockStore {
                 CorruptReason::Invalid("parts do not hash to the stored block hash"),
             ));
         }
-        // The block hash covers the header only; the header's data hash covers the
-        // transactions, so a part rewritten with a valid crc is still caught.
-        if block.header.data_hash != Block::data_hash_of(&block.txs) {
-            return Err(self.corrupt(
-                &part_key(height, 0),
-                Some(height),
-                CorruptReason::Invalid("transactions do not hash to the header's data hash"),
-            ));
-        }
+        // What the hash does not cover (e.g. transactions under a header's data hash): a
+        // part rewritten with a valid crc is still caught.
+        block
+            .check_body()
+            .map_err(|r| self.corrupt(&part_key(height, 0), Some(height), r))?;
         Ok(Some(block))
     }
 
@@ -322,22 +329,31 @@ impl BlockStore {
     }
 
     /// The canonical commit for `height` (stored with block `height + 1`).
-    pub fn load_block_commit(&self, height: u64) -> Result<Option<Commit>> {
+    pub fn load_block_commit(&self, height: u64) -> Result<Option<B::Commit>> {
         self.poison.check(self.name())?;
         // The commit of base − 1 is kept: it travels with block `base`.
         if self.pruned(height.saturating_add(1)) {
             return Ok(None);
         }
-        get_record(&*self.db, &height_key(keys::BLOCK_COMMIT, height))
+        self.read_commit(&height_key(keys::BLOCK_COMMIT, height))
+    }
+
+    fn read_commit(&self, key: &[u8]) -> Result<Option<B::Commit>> {
+        let Some(record) = get_record::<CommitRecord>(&*self.db, key)? else {
+            return Ok(None);
+        };
+        B::Commit::decode(&record.0)
+            .map(Some)
+            .map_err(|r| self.corrupt(key, keys::height_of(key), r))
     }
 
     /// The commit this node saw for `height`.
-    pub fn load_seen_commit(&self, height: u64) -> Result<Option<Commit>> {
+    pub fn load_seen_commit(&self, height: u64) -> Result<Option<B::Commit>> {
         self.poison.check(self.name())?;
         if self.pruned(height) {
             return Ok(None);
         }
-        get_record(&*self.db, &height_key(keys::SEEN_COMMIT, height))
+        self.read_commit(&height_key(keys::SEEN_COMMIT, height))
     }
 
     /// The height of the block with `hash`.
@@ -357,7 +373,7 @@ impl BlockStore {
     }
 
     /// The block with `hash`.
-    pub fn load_block_by_hash(&self, hash: &Hash) -> Result<Option<Block>> {
+    pub fn load_block_by_hash(&self, hash: &Hash) -> Result<Option<B>> {
         match self.height_by_hash(hash)? {
             Some(h) => self.load_block(h),
             None => Ok(None),

@@ -10,9 +10,8 @@ pub mod disk;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flushpoint::{
-    ChainSpec, Db, EventSink, FlushPolicy, HandshakeReport, HoldingDb, KvApp, Node, Profile, Result,
-};
+use flushpoint::demo::{ChainSpec, KvApp, Profile};
+use flushpoint::{Db, EventSink, FlushPolicy, HandshakeReport, HoldingDb, Node, Result};
 
 /// Blocks per window of the default plan.
 pub const WINDOW: u64 = 4;
@@ -101,10 +100,10 @@ pub fn open_node(
     app_db: Arc<dyn Db>,
     plan: &Plan,
     sink: Box<dyn EventSink>,
-) -> Result<(Node, HandshakeReport)> {
+) -> Result<(Node<flushpoint::demo::DemoChain>, HandshakeReport)> {
     let mut app = KvApp::open(Arc::new(HoldingDb::new(app_db)))?;
     app.set_halt_height(plan.halt_height);
-    Node::open(bs, st, Box::new(app), &plan.spec.genesis(), sink)
+    Node::open(bs, st, Box::new(app), plan.spec.chain(), sink)
 }
 
 /// Syncs `node` from wherever it is to `plan.end`: block sync (windows of `plan.window`)
@@ -114,13 +113,17 @@ pub fn open_node(
 /// After a restart the handshake leaves the node at a flush-point height (or in the
 /// consensus phase), so windows counted from the restart height fall where the uncut run's
 /// did and the flush records agree.
-pub fn drive(node: &mut Node, plan: &Plan) -> Result<()> {
+pub fn drive(node: &mut Node<flushpoint::demo::DemoChain>, plan: &Plan) -> Result<()> {
     drive_observed(node, plan, &mut |_| {})
 }
 
 /// [`drive`], calling `after` once each node call (start of block sync, each block, the
 /// switch to consensus) has returned `Ok`: the only places `durable_height` can change.
-pub fn drive_observed(node: &mut Node, plan: &Plan, after: &mut dyn FnMut(&Node)) -> Result<()> {
+pub fn drive_observed(
+    node: &mut Node<flushpoint::demo::DemoChain>,
+    plan: &Plan,
+    after: &mut dyn FnMut(&Node<flushpoint::demo::DemoChain>),
+) -> Result<()> {
     if node.height() < plan.bs_end {
         node.start_block_sync(policy(plan.window, plan.background), Instant::now())?;
         after(node);

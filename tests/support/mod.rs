@@ -5,7 +5,8 @@
 #![allow(dead_code)]
 
 use bytes::Bytes;
-use flushpoint::{Block, BlockStore, Commit, Hash, Header, PartSet, Result};
+use flushpoint::demo::{Block, Commit, Header};
+use flushpoint::{BlockStore, Hash, PartSet, Result};
 
 /// splitmix64: small, seedable, good enough for test data.
 #[derive(Debug, Clone)]
@@ -48,7 +49,7 @@ impl Saved {
     pub fn hash(&self) -> Hash {
         self.block.hash()
     }
-    pub fn save(&self, store: &BlockStore) -> Result<()> {
+    pub fn save(&self, store: &BlockStore<flushpoint::demo::Block>) -> Result<()> {
         store.save_block(&self.block, &self.parts, &self.seen_commit)
     }
 }

@@ -17,10 +17,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flushpoint::demo::DemoHistory;
+use flushpoint::demo::{ChainSpec, KvApp, Profile, Tx};
 use flushpoint::{
-    Batch, BlockStore, ChainSpec, CountingDb, Db, DbIter, Direction, Durability, FlushPolicy,
-    HoldingDb, Home, KeyRange, KvApp, MemoryDb, Mode, NoEvents, Node, Op, Profile, RedbOptions,
-    StateStore, SyncCounters, Tx,
+    Batch, BlockStore, CountingDb, Db, DbIter, Direction, Durability, FlushPolicy, HoldingDb, Home,
+    KeyRange, MemoryDb, Mode, NoEvents, Node, Op, RedbOptions, StateStore, SyncCounters,
 };
 
 use crate::check::{Outcome, check};
@@ -135,7 +136,7 @@ pub fn measure_shape(profile_name: &str, blocks: u64) -> Result<Shape, String> {
         rec(Store::Blocks),
         rec(Store::State),
         Box::new(app),
-        &spec.genesis(),
+        spec.chain(),
         Box::new(NoEvents),
     )
     .map_err(fp_err("open"))?;
@@ -255,7 +256,7 @@ pub fn run_write(
     });
     let [tb, ts, ta] = dbs.top.clone();
     let app = KvApp::open(Arc::new(HoldingDb::new(ta))).map_err(fp_err("open app"))?;
-    let (mut node, _) = Node::open(tb, ts, Box::new(app), &spec.genesis(), Box::new(NoEvents))
+    let (mut node, _) = Node::open(tb, ts, Box::new(app), spec.chain(), Box::new(NoEvents))
         .map_err(fp_err("open node"))?;
     let synced0: u64 = dbs
         .counting
@@ -363,8 +364,9 @@ fn durable_heights<D: Db + 'static>(
     st: Arc<D>,
     app: Arc<D>,
 ) -> Result<[u64; 3], String> {
-    let bs = BlockStore::open(bs as Arc<dyn Db>).map_err(fp_err("block store"))?;
-    let st = StateStore::open(st as Arc<dyn Db>);
+    let bs = BlockStore::<flushpoint::demo::Block>::open(bs as Arc<dyn Db>)
+        .map_err(fp_err("block store"))?;
+    let st = StateStore::<flushpoint::demo::DemoChain>::open(st as Arc<dyn Db>);
     let app = KvApp::open(Arc::new(HoldingDb::new(app as Arc<dyn Db>))).map_err(fp_err("app"))?;
     let (_, o) = flushpoint::observe(&bs, &st, &app).map_err(fp_err("observe"))?;
     Ok([o.block_store_height, o.state_height, o.app_height])
@@ -419,8 +421,8 @@ pub fn build_fixture(dir: &Path, blocks: u64) -> Result<(bool, Duration), String
 }
 
 struct Reader {
-    bs: BlockStore,
-    st: StateStore,
+    bs: BlockStore<flushpoint::demo::Block>,
+    st: StateStore<flushpoint::demo::DemoChain>,
     app: KvApp<Arc<dyn Db>>,
     app_db: Arc<dyn Db>,
     sync_count: Box<dyn Fn() -> u64>,
@@ -548,7 +550,11 @@ fn run_reader(
             r.bs.load_block_meta(h + 1)
                 .map_err(e)?
                 .ok_or(format!("oracle: no meta at {}", h + 1))?;
-        hashes.push(next.header.last_block_hash);
+        hashes.push(
+            flushpoint::demo::Header::from_bytes(&next.header)
+                .map_err(|r| format!("oracle: meta {}: {r}", h + 1))?
+                .last_block_hash,
+        );
     }
     // COMPARE_SABOTAGE=index-hash: the oracle's first hash is wrong (tests only).
     if sabotage("index-hash") {
@@ -647,7 +653,7 @@ fn run_reader(
         },
     ));
     let absent: Vec<[u8; 32]> = (0..cfg.keys as u64)
-        .map(|i| flushpoint::sha256(&[b"absent hash ".as_slice(), &i.to_be_bytes()].concat()))
+        .map(|i| flushpoint::demo::sha256(&[b"absent hash ".as_slice(), &i.to_be_bytes()].concat()))
         .collect();
     for a in &absent {
         let got =
@@ -677,7 +683,10 @@ fn run_reader(
             r.bs.load_block_meta(h)
                 .map_err(e)?
                 .map_or(Outcome::Missing, |m| {
-                    Outcome::Block(m.header.height, m.block_hash.to_vec())
+                    Outcome::Block(
+                        flushpoint::demo::Header::from_bytes(&m.header).map_or(0, |hd| hd.height),
+                        m.block_hash.to_vec(),
+                    )
                 });
         check("block meta", &got, &Outcome::Block(h, hashes[i].to_vec())).map_err(ce)?;
         check(
@@ -686,7 +695,10 @@ fn run_reader(
                 .load_block_meta(tip + 1 + i as u64)
                 .map_err(e)?
                 .map_or(Outcome::Missing, |m| {
-                    Outcome::Block(m.header.height, m.block_hash.to_vec())
+                    Outcome::Block(
+                        flushpoint::demo::Header::from_bytes(&m.header).map_or(0, |hd| hd.height),
+                        m.block_hash.to_vec(),
+                    )
                 }),
             &Outcome::Missing,
         )
@@ -775,7 +787,9 @@ fn run_reader(
     }));
     // Keys outside the chain's key space (2^20): never written.
     let absent_keys: Vec<Bytes> = (0..cfg.keys as u64)
-        .map(|i| Bytes::copy_from_slice(&flushpoint::sha256(&((1u64 << 40) + i).to_be_bytes())))
+        .map(|i| {
+            Bytes::copy_from_slice(&flushpoint::demo::sha256(&((1u64 << 40) + i).to_be_bytes()))
+        })
         .collect();
     for k in &absent_keys {
         check(
@@ -803,7 +817,7 @@ fn held_value(i: u64) -> Vec<u8> {
 }
 
 fn held_key(i: u64) -> [u8; 32] {
-    flushpoint::sha256(&[b"held ".as_slice(), &i.to_be_bytes()].concat())
+    flushpoint::demo::sha256(&[b"held ".as_slice(), &i.to_be_bytes()].concat())
 }
 
 /// Reads against a `HoldingDb` over the app database holding `cfg.held_bytes`: a held
@@ -1003,8 +1017,8 @@ fn reader(
 ) -> Result<Reader, String> {
     let e = |x: flushpoint::Error| x.to_string();
     Ok(Reader {
-        bs: BlockStore::open(dbs[0].clone()).map_err(e)?,
-        st: StateStore::open(dbs[1].clone()),
+        bs: BlockStore::<flushpoint::demo::Block>::open(dbs[0].clone()).map_err(e)?,
+        st: StateStore::<flushpoint::demo::DemoChain>::open(dbs[1].clone()),
         app: KvApp::open(Arc::new(HoldingDb::new(dbs[2].clone()))).map_err(e)?,
         app_db: dbs[2].clone(),
         sync_count,

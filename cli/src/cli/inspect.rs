@@ -123,9 +123,11 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
     let home = Home::open_for_rollback(&home_path).map_err(err)?;
     let rollback_in_progress = flushpoint::pending_rollback(&home).map_err(err)?;
     let (heights, observed, state, app_hash) = durable_heights(&home).map_err(err)?;
-    let base = BlockStore::open(home.block_store_db.clone() as std::sync::Arc<dyn Db>)
-        .map_err(err)?
-        .base();
+    let base = BlockStore::<flushpoint::demo::Block>::open(
+        home.block_store_db.clone() as std::sync::Arc<dyn Db>
+    )
+    .map_err(err)?
+    .base();
     let mut disk = std::collections::BTreeMap::new();
     disk.insert(
         "block_store",

@@ -46,7 +46,7 @@ enum Command {
     Rollback(rollback::RollbackArgs),
 }
 
-/// Block size profile (mirrors `flushpoint::Profile`).
+/// Block size profile (mirrors `flushpoint::demo::Profile`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ProfileArg {
     /// ≈ 4 KiB of transactions per block.
@@ -58,11 +58,11 @@ pub enum ProfileArg {
 }
 
 impl ProfileArg {
-    fn profile(self) -> flushpoint::Profile {
+    fn profile(self) -> flushpoint::demo::Profile {
         match self {
-            ProfileArg::Light => flushpoint::Profile::Light,
-            ProfileArg::Heavy => flushpoint::Profile::Heavy,
-            ProfileArg::Mixed => flushpoint::Profile::Mixed,
+            ProfileArg::Light => flushpoint::demo::Profile::Light,
+            ProfileArg::Heavy => flushpoint::demo::Profile::Heavy,
+            ProfileArg::Mixed => flushpoint::demo::Profile::Mixed,
         }
     }
     fn name(self) -> &'static str {

@@ -2,7 +2,7 @@
 //! consistently, through the library's [`flushpoint::rollback`] (its module docs and
 //! `adr/0006-rollback-in-the-library.md` give the steps and the crash table).
 //!
-//! The demo app keeps an undo log of [`flushpoint::UNDO_RETENTION_BLOCKS`] blocks, so H may
+//! The demo app keeps an undo log of [`flushpoint::demo::UNDO_RETENTION_BLOCKS`] blocks, so H may
 //! be below the app's height by at most that many blocks. A crash midway leaves the intent
 //! file `ROLLBACK-IN-PROGRESS`: rerunning the same command finishes the rollback, and no node
 //! starts on the home until then (`Home::open` finishes it or refuses).
@@ -15,9 +15,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
+use flushpoint::demo::{ChainSpec, KvApp};
 use flushpoint::{
-    ChainSpec, Db, Error, HandshakeCase, HoldingDb, Home, KvApp, NoEvents, Node, RollbackRefusal,
-    classify, observe,
+    Db, Error, HandshakeCase, HoldingDb, Home, NoEvents, Node, RollbackRefusal, classify, observe,
 };
 
 use super::{CliError, CliResult, describe};
@@ -47,8 +47,12 @@ fn repair(home: &Home) -> flushpoint::Result<()> {
         return Ok(());
     }
     let (_, o) = {
-        let bs = flushpoint::BlockStore::open(home.block_store_db.clone() as Arc<dyn Db>)?;
-        let st = flushpoint::StateStore::open(home.state_db.clone() as Arc<dyn Db>);
+        let bs = flushpoint::BlockStore::<flushpoint::demo::Block>::open(
+            home.block_store_db.clone() as Arc<dyn Db>,
+        )?;
+        let st = flushpoint::StateStore::<flushpoint::demo::DemoChain>::open(
+            home.state_db.clone() as Arc<dyn Db>
+        );
         observe(&bs, &st, &open_app(home)?)?
     };
     if let Ok(
@@ -58,12 +62,12 @@ fn repair(home: &Home) -> flushpoint::Result<()> {
         | HandshakeCase::StateBehindApp,
     ) = classify(&o)
     {
-        let spec = ChainSpec::new(1, flushpoint::Profile::Light);
+        let spec = ChainSpec::new(1, flushpoint::demo::Profile::Light);
         let (node, report) = Node::open(
             home.block_store_db.clone(),
             home.state_db.clone(),
             Box::new(open_app(home)?),
-            &spec.genesis(),
+            spec.chain(),
             Box::new(NoEvents),
         )?;
         println!("{}", super::sync::handshake_text(&report));
@@ -83,7 +87,12 @@ pub fn run(a: &RollbackArgs) -> CliResult<()> {
     }
     let mut app = open_app(&home).map_err(err)?;
     let shown = home_path.display();
-    let r = match flushpoint::rollback(&home, &mut app, h) {
+    let r = match flushpoint::rollback(
+        &home,
+        &mut app,
+        &ChainSpec::new(1, flushpoint::demo::Profile::Light).chain(),
+        h,
+    ) {
         Ok(r) => r,
         Err(e) => {
             return Err(match &e {

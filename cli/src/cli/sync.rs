@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
+use flushpoint::demo::{ChainSpec, KvApp};
 use flushpoint::{
-    BackendCounters, BlockStore, ChainSpec, CountingDb, Db, FlushPolicy, HandshakeCase,
-    HandshakeReport, HoldingDb, Home, KvApp, Mode, NoEvents, Node, Observed, StateStore,
-    SyncCounters, SyncCounts,
+    BackendCounters, BlockStore, CountingDb, Db, FlushPolicy, HandshakeCase, HandshakeReport,
+    HoldingDb, Home, Mode, NoEvents, Node, Observed, StateStore, SyncCounters, SyncCounts,
 };
 use serde::Serialize;
 
@@ -253,9 +253,15 @@ pub struct SyncSummary {
 /// Reads the durable heights of an open home without writing.
 pub fn durable_heights(
     home: &Home,
-) -> flushpoint::Result<(HeightsJson, Observed, Option<flushpoint::State>, String)> {
-    let bs = BlockStore::open(home.block_store_db.clone() as Arc<dyn Db>)?;
-    let st = StateStore::open(home.state_db.clone() as Arc<dyn Db>);
+) -> flushpoint::Result<(
+    HeightsJson,
+    Observed,
+    Option<flushpoint::demo::State>,
+    String,
+)> {
+    let bs =
+        BlockStore::<flushpoint::demo::Block>::open(home.block_store_db.clone() as Arc<dyn Db>)?;
+    let st = StateStore::<flushpoint::demo::DemoChain>::open(home.state_db.clone() as Arc<dyn Db>);
     let app = KvApp::open(Arc::new(HoldingDb::new(home.app_db.clone() as Arc<dyn Db>)))?;
     let (state, o) = flushpoint::observe(&bs, &st, &app)?;
     let hash = flushpoint::hex(&flushpoint::App::durable(&app)?.app_hash);
@@ -415,7 +421,7 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
         bs_db,
         st_db,
         Box::new(app),
-        &spec.genesis(),
+        spec.chain(),
         Box::new(NoEvents),
     )
     .map_err(err)?;

@@ -7,11 +7,12 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::app::Tx;
-use crate::node::Genesis;
-use crate::types::{
-    Block, Commit, ConsensusParams, Header, PartSet, State, Validator, ValidatorSet, sha256,
+use super::chain::{DemoChain, Genesis};
+use super::kv::Tx;
+use super::types::{
+    Block, Commit, ConsensusParams, Header, State, Validator, ValidatorSet, sha256,
 };
+use crate::types::PartSet;
 
 /// Block size profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -98,6 +99,11 @@ impl ChainSpec {
             validators: ValidatorSet::new(validators),
             consensus_params: ConsensusParams::default(),
         }
+    }
+
+    /// The demo chain of this spec (its genesis and header rules), for [`crate::Node::open`].
+    pub fn chain(&self) -> DemoChain {
+        DemoChain::new(self.genesis())
     }
 
     fn every(n: u64, h: u64) -> bool {

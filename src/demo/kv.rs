@@ -24,14 +24,14 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use sha2::{Digest, Sha256};
 
-use super::{App, AppInfo};
+use super::chain::DemoChain;
+use super::types::{Block, BlockResults, ConsensusParams, TxResult, Validator};
+use crate::app::{App, AppInfo};
 use crate::codec::{Reader, RecordKind, Writer, keys};
 use crate::db::{Batch, Db, Direction, Durability, KeyRange};
 use crate::error::{CorruptReason, Error, Result};
 use crate::holding::HoldingDb;
-use crate::types::{
-    Block, BlockResults, ConsensusParams, Hash, Record, TxResult, Validator, decode, encode,
-};
+use crate::types::{Hash, Record, decode, encode};
 
 /// Key of the halt-height parameter in the app's key space.
 pub const HALT_HEIGHT_KEY: &[u8] = b"param/halt_height";
@@ -425,7 +425,7 @@ impl<D: Db> KvApp<D> {
     }
 }
 
-impl<D: Db + 'static> App for KvApp<D> {
+impl<D: Db + 'static> App<DemoChain> for KvApp<D> {
     fn committed(&self) -> Result<AppInfo> {
         Ok(self.committed)
     }
@@ -703,7 +703,7 @@ impl<D: Db + 'static> App for KvApp<D> {
 mod tests {
     use super::*;
     use crate::db::{MemoryDb, collect_range};
-    use crate::types::Header;
+    use crate::demo::Header;
 
     /// Blocks that set, overwrite and delete a small key space, so undo records carry prior
     /// values as well as absences.

@@ -1,0 +1,218 @@
+//! The chain seam: what the engine asks of an embedder's block, commit, state and results
+//! types (ADR 0009).
+//!
+//! The crash argument — one synced batch per block, the flush order, the flush record, the
+//! handshake — depends only on heights, hashes and bytes. An embedder implements [`Chain`]
+//! for its own types; [`crate::Node`], [`crate::BlockStore`] and [`crate::StateStore`] are
+//! generic over it. The engine checks what its invariants need (contiguity, a part set equal
+//! to the block's encoding, a commit's height and block hash, the app hash after replay) and
+//! leaves every other rule of the chain to [`Chain::validate`].
+//!
+//! Invariant: `decode(encode(x)) == x` for every type an embedder plugs in, and `decode` of
+//! any bytes returns a value or a [`CorruptReason`], never a panic (a corrupt record must be
+//! reported, not crash the node).
+//!
+//! [`crate::demo`] is one implementation (a synthetic chain and a key-value app); the
+//! `ledger_node` example is another, with its own encoding and hash function.
+
+use std::fmt::Debug;
+
+use bytes::Bytes;
+
+use crate::error::CorruptReason;
+use crate::node::Event;
+use crate::types::Hash;
+
+/// A commit: what finalized the block at [`ChainCommit::height`].
+pub trait ChainCommit: Clone + Debug + Send + Sync + 'static {
+    /// The committed block's height (0 for the empty commit a chain's first block carries).
+    fn height(&self) -> u64;
+    /// The committed block's hash.
+    fn block_hash(&self) -> Hash;
+    /// The commit's bytes, as stored (the payload of a `COMMIT` record).
+    fn encode(&self) -> Bytes;
+    /// Decodes [`ChainCommit::encode`]'s bytes.
+    fn decode(bytes: &[u8]) -> Result<Self, CorruptReason>;
+}
+
+/// A block: its height, hash and encoding, and the commit of the block before it.
+pub trait ChainBlock: Clone + Debug + Send + Sync + 'static {
+    /// The commit type this block carries.
+    type Commit: ChainCommit;
+    /// The block's height (≥ 1).
+    fn height(&self) -> u64;
+    /// The block's hash, by the chain's own hash function (32 bytes; a chain with a shorter
+    /// hash pads it).
+    fn hash(&self) -> Hash;
+    /// The bytes the block's parts are cut from ([`crate::PartSet::from_bytes`]).
+    fn encode(&self) -> Bytes;
+    /// Decodes [`ChainBlock::encode`]'s bytes.
+    fn decode(bytes: &[u8]) -> Result<Self, CorruptReason>;
+    /// The commit of height − 1 this block carries, stored under height − 1 with the block.
+    /// Its height must be this block's height − 1 (the engine refuses the block otherwise).
+    fn last_commit(&self) -> &Self::Commit;
+    /// The app hash after height − 1 that this block records: the handshake's replay checks
+    /// the app against it.
+    fn parent_app_hash(&self) -> Hash;
+    /// The bytes kept in the block's meta record (e.g. its encoded header), readable
+    /// without loading the parts ([`crate::BlockMeta::header`]).
+    fn header_bytes(&self) -> Bytes;
+    /// The block's transaction count (kept in the meta record; 0 for a chain without
+    /// transactions).
+    fn tx_count(&self) -> u32;
+    /// Checks the parts of the block its hash does not cover (e.g. the transactions against
+    /// a header's data hash). A stored block that fails it is reported as corrupt. The
+    /// default accepts: right for a hash over the whole encoding.
+    fn check_body(&self) -> Result<(), CorruptReason> {
+        Ok(())
+    }
+}
+
+/// One of the per-height histories the state store keeps for a state (e.g. its validator
+/// sets), by slot. The state store keeps [`HistorySlot::COUNT`] slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HistorySlot(u8);
+
+impl HistorySlot {
+    /// Slots the state store keeps. Why four: the reference chain keeps two histories
+    /// (validators, consensus params); two more leave room without a format change.
+    pub const COUNT: u8 = 4;
+
+    /// Slot `index` (`None` at or above [`HistorySlot::COUNT`]).
+    pub const fn new(index: u8) -> Option<HistorySlot> {
+        if index < Self::COUNT {
+            Some(HistorySlot(index))
+        } else {
+            None
+        }
+    }
+
+    /// The slot's index.
+    pub const fn index(self) -> u8 {
+        self.0
+    }
+
+    /// Every slot, in order.
+    pub fn all() -> impl Iterator<Item = HistorySlot> {
+        (0..Self::COUNT).map(HistorySlot)
+    }
+}
+
+/// A value whose history the state store keeps: in force from `changed_at`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryValue {
+    /// Which history.
+    pub slot: HistorySlot,
+    /// The height from which `value` is in force.
+    pub changed_at: u64,
+    /// The value's bytes.
+    pub value: Bytes,
+}
+
+/// The consensus state after a block.
+pub trait ChainState: Clone + Debug + Send + Sync + 'static {
+    /// The last block applied (`initial_height() − 1` before the first block).
+    fn height(&self) -> u64;
+    /// The chain's first height (≥ 1).
+    fn initial_height(&self) -> u64;
+    /// The app hash after [`ChainState::height`].
+    fn app_hash(&self) -> Hash;
+    /// The state's bytes, as stored (the payload of the `STATE` record).
+    fn encode(&self) -> Bytes;
+    /// Decodes [`ChainState::encode`]'s bytes.
+    fn decode(bytes: &[u8]) -> Result<Self, CorruptReason>;
+    /// What each history slot holds, by slot index (errors name it, e.g. a pruned load).
+    /// Default: "history slot N".
+    fn history_names() -> [&'static str; HistorySlot::COUNT as usize] {
+        [
+            "history slot 0",
+            "history slot 1",
+            "history slot 2",
+            "history slot 3",
+        ]
+    }
+    /// The values in force at `height() + 1` whose per-height history the state store keeps
+    /// (at most one per slot). Default: none.
+    fn histories(&self) -> Vec<HistoryValue> {
+        Vec::new()
+    }
+}
+
+/// What executing a block produced; saved before the app commits, so a crash after the
+/// commit can rebuild the state from it.
+pub trait ChainResults: Clone + Debug + Send + Sync + 'static {
+    /// The results' bytes, as stored (the payload of a `BLOCK_RESULTS` record).
+    fn encode(&self) -> Bytes;
+    /// Decodes [`ChainResults::encode`]'s bytes.
+    fn decode(bytes: &[u8]) -> Result<Self, CorruptReason>;
+}
+
+/// The history a chain reads to rebuild a past state (rollback): the stores' loads.
+pub trait StoredHistory<C: Chain + ?Sized> {
+    /// The block at `height`, if stored.
+    fn block(&self, height: u64) -> crate::Result<Option<C::Block>>;
+    /// The results of block `height`, if stored.
+    fn results(&self, height: u64) -> crate::Result<Option<C::Results>>;
+    /// The value of history `slot` in force at `height` and the height it changed at.
+    fn history(&self, slot: HistorySlot, height: u64) -> crate::Result<Option<(u64, Bytes)>>;
+}
+
+/// A chain: its types and its rules.
+///
+/// The engine calls [`Chain::validate`] before a block is saved or applied, then the app's
+/// `execute_block` and `commit`, then [`Chain::next_state`] with the results and the app
+/// hash; a block that fails validation is refused with [`crate::Error::InvalidBlock`]
+/// before anything is written.
+pub trait Chain: Send + Sync + 'static {
+    /// The block type.
+    type Block: ChainBlock<Commit = Self::Commit>;
+    /// The commit type.
+    type Commit: ChainCommit;
+    /// The consensus state.
+    type State: ChainState;
+    /// What executing a block produces.
+    type Results: ChainResults;
+
+    /// A 32-byte identity of the chain's genesis: stored on a home's first open and checked
+    /// on every later one ([`crate::Error::GenesisMismatch`] names both).
+    fn genesis_id(&self) -> Hash;
+
+    /// The state before the first block, given the app's hash before it.
+    fn genesis_state(&self, app_hash: Hash) -> Self::State;
+
+    /// The chain's rules for `block` on `state` (the engine has already checked that the
+    /// height is the state's next one). `Err(reason)`: the block is refused, nothing
+    /// written.
+    fn validate(&self, state: &Self::State, block: &Self::Block) -> Result<(), String>;
+
+    /// The state after `block`, given its results and the app hash the app committed.
+    /// Must return a state at `block.height()` with that app hash.
+    fn next_state(
+        &self,
+        state: &Self::State,
+        block: &Self::Block,
+        results: &Self::Results,
+        app_hash: Hash,
+    ) -> Self::State;
+
+    /// The events `block` fires once durable, in order. Default: none.
+    fn events(&self, block: &Self::Block, results: &Self::Results) -> Vec<Event> {
+        let _ = (block, results);
+        Vec::new()
+    }
+
+    /// Rebuilds the state after block `height` (below `current`'s height) from what the
+    /// stores keep, for a rollback. `Ok(Err(reason))`: it cannot (the rollback is refused
+    /// with the reason, nothing written). The default cannot.
+    fn rebuild_state(
+        &self,
+        current: &Self::State,
+        height: u64,
+        stored: &dyn StoredHistory<Self>,
+    ) -> crate::Result<Result<Self::State, String>> {
+        let _ = (current, stored);
+        Ok(Err(format!(
+            "this chain cannot rebuild a past state (height {height})"
+        )))
+    }
+}
