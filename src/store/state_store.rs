@@ -306,16 +306,22 @@ impl<C: Chain> StateStore<C> {
     /// the base: its history would be pruned.
     pub fn rollback_to(&self, state: &C::State, old_height: u64) -> Result<()> {
         let h = state.height();
+        self.check_rollback_base(h)?;
+        let mut batch = Batch::new();
+        Self::stage_removal_above(&mut batch, h, old_height);
+        self.stage_state(&mut batch, state);
+        self.write(&batch)
+    }
+
+    /// `Err(Error::Rollback)` when the state's history at `h + 1` is pruned.
+    fn check_rollback_base(&self, h: u64) -> Result<()> {
         let base = self.base()?;
         if h.saturating_add(1) < base {
             return Err(Error::Rollback(format!(
                 "cannot roll the state back to {h}: the state store is pruned below {base}"
             )));
         }
-        let mut batch = Batch::new();
-        Self::stage_removal_above(&mut batch, h, old_height);
-        self.stage_state(&mut batch, state);
-        self.write(&batch)
+        Ok(())
     }
 
     /// Stages the deletion of the results above `h` and the history above `h + 1`, up to
@@ -343,12 +349,7 @@ impl<C: Chain> StateStore<C> {
     /// it was first saved. Refused (`Error::Rollback`, nothing written) when `height + 1` is
     /// below the base: its history would be pruned.
     pub(crate) fn rollback_to_bytes(&self, h: u64, state: &Bytes, old_height: u64) -> Result<()> {
-        let base = self.base()?;
-        if h.saturating_add(1) < base {
-            return Err(Error::Rollback(format!(
-                "cannot roll the state back to {h}: the state store is pruned below {base}"
-            )));
-        }
+        self.check_rollback_base(h)?;
         let mut batch = Batch::new();
         Self::stage_removal_above(&mut batch, h, old_height);
         let k = keys::singleton(keys::STATE);
