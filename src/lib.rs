@@ -72,6 +72,7 @@ mod holding;
 mod home;
 mod node;
 mod poison;
+mod prefetch;
 mod rollback;
 pub(crate) mod store;
 pub mod testing;
@@ -100,6 +101,11 @@ pub use node::{
     DeferredWrites, Event, EventKind, EventSink, FLUSH_BYTES_MAX, FLUSH_INTERVAL, FlushInputs,
     FlushPolicy, FlushReport, FlushTrigger, HandshakeCase, HandshakeReport, Mode, NoEvents, Node,
     NodeDb, Observed, ReadView, classify, observe,
+};
+pub use prefetch::{
+    PREFETCH_BATCH_KEYS, PREFETCH_ENTRY_OVERHEAD_BYTES, PREFETCH_SESSION_BYTES_MAX,
+    PREFETCH_SESSIONS_MAX, PREFETCH_WORKERS_DEFAULT, PrefetchPool, PrefetchSession, PrefetchSource,
+    PrefetchStats,
 };
 pub use rollback::{ROLLBACK_INTENT_FILE, RollbackReport, pending_rollback, rollback};
 pub use store::{

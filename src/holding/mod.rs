@@ -13,6 +13,11 @@
 //! thread) writes the frozen window as one `Synced` batch and drops it only after `Ok`.
 //! Reads see the overlay, then the frozen window, then the disk; durable reads see the disk.
 //! Invariant: this module decides nothing about *when* to flush (that is `deferred`).
+//! Invariant: every `write` bumps the write generation of each key it wrote (by bucket)
+//! *after* the write is visible to reads, whether it was held or passed through, and even
+//! when it failed; freezing and writing a window change no value a read sees and bump
+//! nothing. Prefetch sessions rely on it (ADR 0010): a value read after `generation()`
+//! returned `g` is stale only if `written_since(key, g)`.
 
 use std::collections::HashMap;
 use std::ops::Bound;
@@ -22,7 +27,82 @@ use bytes::Bytes;
 
 use crate::db::{Batch, Db, DbIter, Direction, Durability, Entry, KeyRange, Op};
 use crate::error::{Error, Result};
+use crate::prefetch::PrefetchSource;
 use crate::store::Poison;
+
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicU64, Ordering};
+#[cfg(not(loom))]
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Buckets of the write-generation table (keys hash into them).
+///
+/// Why this many: the table is what a prefetch session checks an observation against, and
+/// two keys in one bucket only cost a false invalidation (a re-read), never a stale value.
+/// 4,096 buckets are 32 KiB per `HoldingDb`; a block touching a few thousand keys then
+/// invalidates a small fraction of another block's unrelated observations, and the whole
+/// table stays in the L2 cache. Under loom a handful of buckets keeps the model small.
+#[cfg(not(loom))]
+pub(crate) const WRITE_GENERATION_BUCKETS: usize = 4096;
+/// Buckets of the write-generation table under loom (each bucket is a modelled atomic).
+#[cfg(loom)]
+pub(crate) const WRITE_GENERATION_BUCKETS: usize = 4;
+const _: () = assert!(WRITE_GENERATION_BUCKETS.is_power_of_two());
+
+/// The generations of the latest writes, by key bucket, and the global counter.
+///
+/// Ordering argument (ADR 0010): a writer applies its write, then takes a new generation
+/// `n = counter + 1` (`fetch_add`) and raises its keys' buckets to at least `n`; a reader
+/// (a prefetch worker) loads `g = counter` *before* its read. If the read missed the write
+/// (it happened before the write, in the order of the lock or backend it read through),
+/// the load happened before the `fetch_add` too, so by coherence `g < n`, and any later
+/// look at the bucket from a thread that saw the write finished finds a value `> g`.
+/// If the read saw the write, the observation is current (a bump seen anyway is only a
+/// false invalidation). All accesses are `SeqCst`: the argument needs only coherence and
+/// the happens-before of the data's own lock, but a write already takes two locks, so the
+/// stronger order costs nothing measurable and leaves nothing to re-argue.
+#[derive(Debug)]
+struct WriteGenerations {
+    counter: AtomicU64,
+    buckets: Box<[AtomicU64]>,
+}
+
+impl WriteGenerations {
+    fn new() -> Self {
+        WriteGenerations {
+            counter: AtomicU64::new(0),
+            buckets: (0..WRITE_GENERATION_BUCKETS)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        }
+    }
+
+    fn bucket(&self, key: &[u8]) -> &AtomicU64 {
+        // FNV-1a: short keys, no allocation, deterministic (a test can aim at a bucket).
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in key {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        &self.buckets[(h as usize) & (WRITE_GENERATION_BUCKETS - 1)]
+    }
+
+    /// Call only after the write of `ops` is visible to every read (or failed).
+    fn bump(&self, ops: &[Op]) {
+        let n = self.counter.fetch_add(1, Ordering::SeqCst) + 1;
+        for op in ops {
+            self.bucket(op.key()).fetch_max(n, Ordering::SeqCst);
+        }
+    }
+
+    fn generation(&self) -> u64 {
+        self.counter.load(Ordering::SeqCst)
+    }
+
+    fn written_since(&self, key: &[u8], since: u64) -> bool {
+        self.bucket(key).load(Ordering::SeqCst) > since
+    }
+}
 
 /// What a `write_held` call wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -148,6 +228,8 @@ pub struct HoldingDb<D> {
     /// Held by `write_frozen` for the whole synced write: one window written at a time.
     flush_lock: Mutex<()>,
     poison: Poison,
+    /// Bumped after every write; read by prefetch sessions ([`PrefetchSource`]).
+    generations: WriteGenerations,
 }
 
 impl<D: Db> HoldingDb<D> {
@@ -159,6 +241,7 @@ impl<D: Db> HoldingDb<D> {
             write_lock: Mutex::new(()),
             flush_lock: Mutex::new(()),
             poison: Poison::default(),
+            generations: WriteGenerations::new(),
         }
     }
 
@@ -484,21 +567,37 @@ impl<D: Db> Db for HoldingDb<D> {
     fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
         let _w = self.write_lock.lock().expect("write lock");
         self.poison.check(self.inner.name())?;
-        {
+        #[cfg(loom_bug_bump_before_apply)]
+        self.generations.bump(batch.ops());
+        let held = {
             let mut h = self.held.write().expect("held lock");
             if h.holding {
                 for op in batch.ops() {
                     h.active.apply(op);
                 }
-                return Ok(());
+                true
+            } else {
+                assert!(
+                    h.frozen.is_none(),
+                    "invariant: no write passes a frozen window of {} to the disk",
+                    self.inner.name()
+                );
+                false
             }
-            assert!(
-                h.frozen.is_none(),
-                "invariant: no write passes a frozen window of {} to the disk",
-                self.inner.name()
-            );
-        }
-        if let Err(e) = self.inner.write(batch, durability) {
+        };
+        let written = if held {
+            Ok(())
+        } else {
+            self.inner.write(batch, durability)
+        };
+        // Ordering: bump only now that the write is visible (held: the overlay lock was
+        // released; passed through: the backend returned). Moved before the apply, a
+        // prefetch read could load the new generation, then read the old value, and keep it
+        // as current (`tests/prefetch_never_stale.rs`, `tests/loom_prefetch.rs`). Bumped on
+        // `Err` too: the batch may be on disk, and nothing retained may outlive that doubt.
+        #[cfg(not(loom_bug_bump_before_apply))]
+        self.generations.bump(batch.ops());
+        if let Err(e) = written {
             self.poison.set(&e);
             return Err(e);
         }
@@ -536,6 +635,20 @@ impl<D: Db> HeldStore for HoldingDb<D> {
     }
     fn frozen_bytes(&self) -> u64 {
         HoldingDb::frozen_bytes(self)
+    }
+}
+
+/// A prefetch session reads through the holding database (held writes are seen) and checks
+/// its observations against the write generations (ADR 0010).
+impl<D: Db + 'static> PrefetchSource for HoldingDb<D> {
+    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
+        Db::get_many(self, keys)
+    }
+    fn generation(&self) -> u64 {
+        self.generations.generation()
+    }
+    fn written_since(&self, key: &[u8], since: u64) -> bool {
+        self.generations.written_since(key, since)
     }
 }
 
