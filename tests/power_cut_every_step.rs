@@ -276,6 +276,7 @@ fn chain(initial_height: u64, profile: Profile, v: u64, p: u64, e: u64) -> Chain
         validator_change_every: v,
         params_change_every: p,
         empty_every: e,
+        account_keys: 1 << 20,
     }
 }
 

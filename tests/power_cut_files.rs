@@ -74,6 +74,7 @@ fn spec() -> ChainSpec {
         validator_change_every: 3,
         params_change_every: 0,
         empty_every: 0,
+        account_keys: 1 << 20,
     }
 }
 

@@ -82,6 +82,7 @@ fn spec() -> ChainSpec {
         validator_change_every: 2,
         params_change_every: 3,
         empty_every: 0,
+        account_keys: 1 << 20,
     }
 }
 

@@ -98,6 +98,16 @@ pub trait App<C: Chain>: Send {
         Ok(())
     }
 
+    /// Called by [`crate::Node::prefetch_next`] with block N+1 before the node executes
+    /// block N: the moment to start reading, in the background, the state `next` will read
+    /// (e.g. queue its keys on a [`crate::PrefetchSession`] that execution reads first), so
+    /// the reads overlap block N's execution. Advisory: nothing may be written, and block
+    /// N+1's execution must be correct whether or not it ran. The default does nothing.
+    fn prefetch(&mut self, next: &C::Block) -> Result<()> {
+        let _ = next;
+        Ok(())
+    }
+
     /// The app's held storage, when a flush thread may write it: the node then freezes the
     /// app's held writes between blocks and writes them from its flush thread after the block
     /// store and the state (background flush points, [`crate::FlushPolicy::background`]),

@@ -31,6 +31,7 @@ use crate::codec::{Reader, RecordKind, Writer, keys};
 use crate::db::{Batch, Db, Direction, Durability, KeyRange};
 use crate::error::{CorruptReason, Error, Result};
 use crate::holding::HoldingDb;
+use crate::prefetch::{PrefetchPool, PrefetchSession, PrefetchSource, PrefetchStats};
 use crate::types::{Hash, Record, decode, encode};
 
 /// Key of the halt-height parameter in the app's key space.
@@ -65,6 +66,11 @@ pub enum Tx {
     Params(ConsensusParams),
     /// Write the halt height param.
     HaltAt(u64),
+    /// Read `key` and add `delta` (wrapping) to the big-endian u64 in its value's first 8
+    /// bytes, keeping the rest of the value; an absent key reads as the 8-byte value 0. A
+    /// value shorter than 8 bytes fails the transaction (code 2, nothing written). The one
+    /// transaction whose execution reads state: what prefetch warms.
+    Add(Bytes, u64),
 }
 
 impl Tx {
@@ -97,6 +103,12 @@ impl Tx {
             Tx::HaltAt(h) => {
                 b.put_u8(5);
                 b.put_u64(*h);
+            }
+            Tx::Add(k, delta) => {
+                b.put_u8(6);
+                b.put_u16(k.len() as u16);
+                b.put_slice(k);
+                b.put_u64(*delta);
             }
         }
         b.freeze()
@@ -132,6 +144,10 @@ impl Tx {
                 evidence_max_age_blocks: u64_at(rest, 16)?,
             })),
             5 if rest.len() == 8 => Some(Tx::HaltAt(u64_at(rest, 0)?)),
+            6 => match key_and_rest(rest)? {
+                (k, d) if d.len() == 8 => Some(Tx::Add(k, u64_at(&d, 0)?)),
+                _ => None,
+            },
             _ => None,
         }
     }
@@ -259,7 +275,13 @@ pub struct KvApp<D: Db> {
     undo_owed: Vec<HeldCommit>,
     halt_height: Option<u64>,
     flush_requested: bool,
+    /// With prefetch on: two sessions, block heights alternating between them, so the next
+    /// block's keys are fetched while this block reads its own (see [`App::prefetch`]).
+    prefetch: Option<[PrefetchSession; 2]>,
 }
+
+/// The result code of an [`Tx::Add`] whose value is shorter than 8 bytes.
+const CODE_ADD_SHORT_VALUE: u32 = 2;
 
 impl<D: Db> KvApp<D> {
     /// Opens the app over `db`, reading its committed height and hash.
@@ -281,7 +303,50 @@ impl<D: Db> KvApp<D> {
             undo_owed: Vec::new(),
             halt_height,
             flush_requested: false,
+            prefetch: None,
         })
+    }
+
+    /// Turns prefetch on: [`App::prefetch`] queues the keys the next block's
+    /// [`Tx::Add`]s read on a session of `pool`, and execution reads that session first
+    /// (a prefetched value is used only if nothing wrote its key since it was read).
+    /// Without a free session slot in the pool the app works as without prefetch.
+    pub fn with_prefetch(mut self, pool: &PrefetchPool) -> Self
+    where
+        D: 'static,
+    {
+        let source = self.db.clone() as Arc<dyn PrefetchSource>;
+        self.prefetch = Some([pool.session(source.clone()), pool.session(source)]);
+        self
+    }
+
+    /// The prefetch sessions' counters added up (zero without prefetch).
+    pub fn prefetch_stats(&self) -> Vec<PrefetchStats> {
+        self.prefetch
+            .as_ref()
+            .map_or(Vec::new(), |s| s.iter().map(|s| s.stats()).collect())
+    }
+
+    /// Reads data key `dk` for execution: the block's own earlier writes, then the
+    /// prefetch session of height `h`, then the database (held writes included).
+    fn read_for_execution(
+        &self,
+        h: u64,
+        writes: &BTreeMap<Bytes, Option<Bytes>>,
+        key: &Bytes,
+    ) -> Result<Option<Bytes>> {
+        if let Some(w) = writes.get(key) {
+            return Ok(w.clone());
+        }
+        let dk = data_key(key);
+        let stored = match &self.prefetch {
+            Some(sessions) => sessions[(h % 2) as usize].read(&*self.db, &dk)?,
+            None => self.db.get(&dk)?,
+        };
+        match stored {
+            Some(v) => Ok(Some(Self::decode_value(&self.db, key, &v)?)),
+            None => Ok(None),
+        }
     }
 
     /// Sets a halt height from configuration (a flush point is taken there).
@@ -469,6 +534,23 @@ impl<D: Db + 'static> App<DemoChain> for KvApp<D> {
                     );
                     0
                 }
+                Some(Tx::Add(k, delta)) => {
+                    let old = self
+                        .read_for_execution(h, &writes, &k)?
+                        .unwrap_or_else(|| Bytes::from_static(&[0; 8]));
+                    match old.get(..8) {
+                        Some(head) => {
+                            let n = u64::from_be_bytes(head.try_into().expect("8 bytes"))
+                                .wrapping_add(delta);
+                            let mut v = BytesMut::with_capacity(old.len());
+                            v.put_u64(n);
+                            v.put_slice(&old[8..]);
+                            writes.insert(k, Some(v.freeze()));
+                            0
+                        }
+                        None => CODE_ADD_SHORT_VALUE,
+                    }
+                }
                 None => 1,
             };
             results.tx_results.push(TxResult {
@@ -588,6 +670,28 @@ impl<D: Db + 'static> App<DemoChain> for KvApp<D> {
 
     fn held_bytes(&self) -> u64 {
         self.db.held_bytes()
+    }
+
+    fn prefetch(&mut self, next: &Block) -> Result<()> {
+        let Some(sessions) = &self.prefetch else {
+            return Ok(());
+        };
+        let session = &sessions[(next.height() % 2) as usize];
+        // The session last served block `next − 2`: its observations are done with.
+        session.clear();
+        let keys: Vec<Bytes> = next
+            .txs
+            .iter()
+            .filter_map(|tx| match Tx::decode(tx) {
+                Some(Tx::Add(k, _)) => Some(data_key(&k)),
+                _ => None,
+            })
+            .collect();
+        if !keys.is_empty() {
+            // Refused (no slot, over budget): execution reads the database as without.
+            session.submit(keys);
+        }
+        Ok(())
     }
 
     fn held_store(&self) -> Option<Arc<dyn crate::holding::HeldStore>> {

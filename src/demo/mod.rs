@@ -15,7 +15,7 @@ mod types;
 
 pub use chain::{DemoChain, DemoHistory, Genesis};
 pub use kv::{KvApp, Tx, UNDO_RETENTION_BLOCKS};
-pub use spec::{ChainSpec, Profile};
+pub use spec::{ChainSpec, Profile, account_key};
 pub use types::{
     Block, BlockResults, Commit, ConsensusParams, Header, State, TxResult, TypedHistoryEntry,
     Validator, ValidatorSet, sha256,

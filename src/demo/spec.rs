@@ -24,6 +24,9 @@ pub enum Profile {
     Heavy,
     /// Light, with one heavy block in ten.
     Mixed,
+    /// Account updates: each block reads and rewrites 64 values ([`Tx::Add`]) scattered
+    /// over the key space — the reads prefetch warms.
+    Accounts,
 }
 
 impl std::str::FromStr for Profile {
@@ -33,7 +36,10 @@ impl std::str::FromStr for Profile {
             "light" => Ok(Profile::Light),
             "heavy" => Ok(Profile::Heavy),
             "mixed" => Ok(Profile::Mixed),
-            _ => Err(format!("unknown profile {s:?}: use light, heavy or mixed")),
+            "accounts" => Ok(Profile::Accounts),
+            _ => Err(format!(
+                "unknown profile {s:?}: use light, heavy, mixed or accounts"
+            )),
         }
     }
 }
@@ -53,6 +59,9 @@ pub struct ChainSpec {
     pub params_change_every: u64,
     /// An empty block every this many blocks (0: never).
     pub empty_every: u64,
+    /// Distinct keys the accounts profile's adds touch (few: consecutive blocks read what
+    /// the one before wrote).
+    pub account_keys: u64,
 }
 
 impl ChainSpec {
@@ -65,6 +74,7 @@ impl ChainSpec {
             validator_change_every: 50,
             params_change_every: 200,
             empty_every: 13,
+            account_keys: KEY_SPACE,
         }
     }
 }
@@ -84,6 +94,13 @@ const HEAVY_TXS: u64 = 16;
 const HEAVY_VALUE_BYTES: usize = 64 * 1024 - 64;
 /// Distinct app keys: some writes overwrite, as on a real chain.
 const KEY_SPACE: u64 = 1 << 20;
+/// Account-update transactions per block of the accounts profile.
+const ACCOUNT_TXS: u64 = 64;
+
+/// The app key of key number `n` (scattered: a hash).
+pub fn account_key(n: u64) -> Bytes {
+    Bytes::copy_from_slice(&sha256(&(n % KEY_SPACE).to_be_bytes()))
+}
 
 impl ChainSpec {
     /// The genesis of this chain.
@@ -136,6 +153,16 @@ impl ChainSpec {
             Profile::Light => false,
             Profile::Heavy => true,
             Profile::Mixed => h.is_multiple_of(10),
+            Profile::Accounts => {
+                return (0..ACCOUNT_TXS)
+                    .map(|j| {
+                        let r = self.rand(h, j);
+                        Tx::Add(account_key(r % self.account_keys.max(1)), (r >> 40) % 1_000)
+                            .encode()
+                    })
+                    .chain(self.param_txs(h))
+                    .collect();
+            }
         };
         let (n, len) = if heavy {
             (HEAVY_TXS, HEAVY_VALUE_BYTES)
@@ -145,7 +172,7 @@ impl ChainSpec {
         let mut txs = Vec::with_capacity(n as usize + 2);
         for j in 0..n {
             let r = self.rand(h, j);
-            let key = Bytes::copy_from_slice(&sha256(&(r % KEY_SPACE).to_be_bytes()));
+            let key = account_key(r);
             let tx = if r.is_multiple_of(17) {
                 Tx::Delete(key)
             } else {
@@ -153,6 +180,13 @@ impl ChainSpec {
             };
             txs.push(tx.encode());
         }
+        txs.extend(self.param_txs(h));
+        txs
+    }
+
+    /// The validator-set and params changes block `h` carries.
+    fn param_txs(&self, h: u64) -> Vec<Bytes> {
+        let mut txs = Vec::new();
         if Self::every(self.validator_change_every, h) {
             let i = (h / self.validator_change_every.max(1)) % 6;
             txs.push(
@@ -173,6 +207,21 @@ impl ChainSpec {
             );
         }
         txs
+    }
+
+    /// Block `h` as far as it is known before block `h − 1` is applied: its height and
+    /// transactions (a pure function of the seed and `h`), the header otherwise empty. What
+    /// [`crate::Node::prefetch_next`] needs from the demo chain (the app reads only the
+    /// transactions); never a block to apply.
+    pub fn preview(&self, h: u64) -> Block {
+        Block {
+            header: Header {
+                height: h,
+                ..Header::default()
+            },
+            txs: self.txs(h),
+            last_commit: Commit::default(),
+        }
     }
 
     /// Block `state.last_block_height + 1`, its part set and its seen commit, built on

@@ -636,6 +636,27 @@ impl<C: Chain> Node<C> {
         Ok(())
     }
 
+    /// Lets the app start reading what block `next` will read ([`App::prefetch`]) before
+    /// the node applies the block before it: call it with block N+1, then
+    /// [`Node::sync_block`] (or [`Node::commit_block`]) with block N, and the app's
+    /// background reads overlap block N's execution. `next` must be the block after the
+    /// node's next one; it is not validated or written (it is validated when applied).
+    ///
+    /// `Err`: the app's hook failed; nothing was written and the node is not poisoned (a
+    /// prefetch is advisory).
+    pub fn prefetch_next(&mut self, next: &C::Block) -> Result<()> {
+        self.check_poison()?;
+        let expected = self.state.height().saturating_add(2);
+        if next.height() != expected {
+            return Err(Error::InvalidInput(format!(
+                "prefetch_next takes block {expected} (the node is at {}), got {}",
+                self.state.height(),
+                next.height()
+            )));
+        }
+        self.app.prefetch(next)
+    }
+
     /// Applies a block received in block sync. Its writes are held; when a flush-point
     /// trigger fires after it, the flush point is taken before this returns.
     ///

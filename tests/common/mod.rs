@@ -49,6 +49,7 @@ pub fn spec(initial_height: u64) -> ChainSpec {
         validator_change_every: 3,
         params_change_every: 7,
         empty_every: 5,
+        account_keys: 1 << 20,
     }
 }
 

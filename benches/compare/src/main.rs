@@ -6,6 +6,7 @@
 //! compare index --dir D [--blocks 100000]
 //! compare scale --dir D --heights 10000,100000,300000
 //! compare run-one --contender X --profile P --dir D --shape FILE (--secs S | --blocks N)
+//! compare prefetch --dir D [--samples 5] [--block-txs 256] [--rounds 3] [--quick]
 //! ```
 //!
 //! Each write run is a fresh subprocess (`run-one`) on an empty directory, so peak RSS,
@@ -19,6 +20,7 @@
 mod check;
 mod flushpoint_runs;
 mod peers;
+mod prefetch_bench;
 mod report;
 mod shape;
 mod sys;
@@ -62,6 +64,9 @@ enum Cmd {
     Index(IndexArgs),
     /// flushpoint deferred light sync at several heights.
     Scale(ScaleArgs),
+    /// Prefetch: block execution on a cold ≥ 2 GiB state with and without completed
+    /// prefetch, and the warm small case.
+    Prefetch(prefetch_bench::PrefetchArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -629,6 +634,7 @@ fn main() -> ExitCode {
             ))
         }
         Some(Cmd::Scale(a)) => finish(scale(a)),
+        Some(Cmd::Prefetch(a)) => finish(prefetch_bench::run(a).map(|ok| u64::from(!ok))),
         None => finish(main_all(&cli.all)),
     }
 }

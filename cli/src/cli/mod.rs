@@ -55,6 +55,8 @@ pub enum ProfileArg {
     Heavy,
     /// Light, with one heavy block in ten.
     Mixed,
+    /// 64 account updates per block, each reading a value (what `--prefetch on` warms).
+    Accounts,
 }
 
 impl ProfileArg {
@@ -63,6 +65,7 @@ impl ProfileArg {
             ProfileArg::Light => flushpoint::demo::Profile::Light,
             ProfileArg::Heavy => flushpoint::demo::Profile::Heavy,
             ProfileArg::Mixed => flushpoint::demo::Profile::Mixed,
+            ProfileArg::Accounts => flushpoint::demo::Profile::Accounts,
         }
     }
     fn name(self) -> &'static str {
@@ -70,6 +73,7 @@ impl ProfileArg {
             ProfileArg::Light => "light",
             ProfileArg::Heavy => "heavy",
             ProfileArg::Mixed => "mixed",
+            ProfileArg::Accounts => "accounts",
         }
     }
 }

@@ -80,6 +80,20 @@ pub struct SyncArgs {
     /// Test knob: also take a flush point every this many blocks (crash-test uses it).
     #[arg(long, hide = true)]
     pub flush_every: Option<u64>,
+    /// Prefetch: read the state block N+1 will read on background threads while block N
+    /// executes (`on`), or not (`off`). Helps when the state is larger than memory and cold;
+    /// the app hash is the same either way.
+    #[arg(long, value_enum, default_value_t = PrefetchArg::Off)]
+    pub prefetch: PrefetchArg,
+}
+
+/// `--prefetch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PrefetchArg {
+    /// Read the next block's state in the background (two worker threads).
+    On,
+    /// No prefetch (the default).
+    Off,
 }
 
 /// Counters of one database.
@@ -416,7 +430,17 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     let (app_db, app_m) = wrap(home.app_db.clone(), Which::App);
     let meters = [bs_m, st_m, app_m];
 
-    let app = KvApp::open(Arc::new(HoldingDb::new(app_db))).map_err(err)?;
+    // Kept alive for the node's life: dropping it stops the workers.
+    let pool = match a.prefetch {
+        PrefetchArg::On => {
+            Some(flushpoint::PrefetchPool::new(flushpoint::PREFETCH_WORKERS_DEFAULT).map_err(err)?)
+        }
+        PrefetchArg::Off => None,
+    };
+    let mut app = KvApp::open(Arc::new(HoldingDb::new(app_db))).map_err(err)?;
+    if let Some(pool) = &pool {
+        app = app.with_prefetch(pool);
+    }
     let (mut node, report) = Node::open(
         bs_db,
         st_db,
@@ -513,6 +537,11 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     }
     while node.height() < target_sync {
         let (b, parts, c) = spec.next_block(node.state());
+        if pool.is_some() && b.height() < target {
+            // Block N+1's reads start while block N executes.
+            node.prefetch_next(&spec.preview(b.height() + 1))
+                .map_err(err)?;
+        }
         if per_block.is_some() {
             node.commit_block(&b, &parts, &c).map_err(err)?;
         } else {
@@ -543,6 +572,10 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     // Part 2: consensus, up to N + M.
     while node.height() < target {
         let (b, parts, c) = spec.next_block(node.state());
+        if pool.is_some() && b.height() < target {
+            node.prefetch_next(&spec.preview(b.height() + 1))
+                .map_err(err)?;
+        }
         node.commit_block(&b, &parts, &c).map_err(err)?;
         if let Some(p) = &probe {
             // After a consensus block's four synced writes: a crash-test kill point.
