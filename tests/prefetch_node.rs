@@ -27,7 +27,7 @@ fn run(spec: &ChainSpec, prefetch: bool, sync_blocks: u64, consensus: u64) -> Ou
     let pool = PrefetchPool::new(2).unwrap();
     let mut app = KvApp::open(Arc::new(HoldingDb::new(mem[2].clone() as Arc<dyn Db>))).unwrap();
     if prefetch {
-        app = app.with_prefetch(&pool);
+        app = app.with_prefetch_always(&pool);
     }
     let (mut node, _) = Node::open(
         mem[0].clone(),
@@ -103,7 +103,7 @@ fn execution_reads_prefetched_values_and_drops_invalidated_ones() {
         Arc::new(MemoryDb::new("app")) as Arc<dyn Db>
     )))
     .unwrap()
-    .with_prefetch(&pool);
+    .with_prefetch_always(&pool);
     for h in 1..=60u64 {
         app.prefetch(&spec.preview(h + 1)).unwrap();
         // Let the workers finish block h+1's keys before block h writes, so that block h's
@@ -123,6 +123,39 @@ fn execution_reads_prefetched_values_and_drops_invalidated_ones() {
         invalidated > 0,
         "no prefetched value was ever written before it was read"
     );
+}
+
+/// The policy of `with_prefetch`: on a state read from memory (here a `MemoryDb`), reads
+/// cost far below `PREFETCH_COLD_READ_NANOS`, so after the first probe block prefetch stops
+/// submitting; `with_prefetch_always` keeps submitting.
+#[test]
+fn prefetch_stops_on_a_state_that_reads_from_memory() {
+    use flushpoint::App;
+    let spec = overlapping();
+    let pool = PrefetchPool::new(1).unwrap();
+    let submitted = |always: bool| -> u64 {
+        let app = KvApp::open(Arc::new(HoldingDb::new(
+            Arc::new(MemoryDb::new("app")) as Arc<dyn Db>
+        )))
+        .unwrap();
+        let mut app = if always {
+            app.with_prefetch_always(&pool)
+        } else {
+            app.with_prefetch(&pool)
+        };
+        for h in 1..=64u64 {
+            app.prefetch(&spec.preview(h + 1)).unwrap();
+            app.execute_block(&spec.preview(h)).unwrap();
+            app.commit().unwrap();
+        }
+        app.prefetch_stats().iter().map(|s| s.submitted).sum()
+    };
+    let (policy, always) = (submitted(false), submitted(true));
+    println!("keys submitted: {policy} with the policy, {always} always");
+    // Block 1's own reads (nothing prefetched them) measure the state as warm: only block
+    // 2's keys, submitted before that, are ever queued. Always: every block's distinct keys.
+    assert!(policy <= 64, "{policy}");
+    assert!(always >= 60 * 30, "{always}");
 }
 
 #[test]

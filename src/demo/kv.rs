@@ -276,8 +276,60 @@ pub struct KvApp<D: Db> {
     halt_height: Option<u64>,
     flush_requested: bool,
     /// With prefetch on: two sessions, block heights alternating between them, so the next
-    /// block's keys are fetched while this block reads its own (see [`App::prefetch`]).
-    prefetch: Option<[PrefetchSession; 2]>,
+    /// block's keys are fetched while this block reads its own (see [`App::prefetch`]),
+    /// and when to use them.
+    prefetch: Option<Prefetch>,
+}
+
+/// Reads slower than this, per key, averaged over recent blocks, mean the state is not in
+/// memory and prefetch pays (unit: nanoseconds). Why: a read served from memory walks
+/// redb's B-tree in a few microseconds on this machine class, one that goes to storage
+/// takes 100 µs or more (`compare prefetch`: 256 cold reads in 31–44 ms); 30 µs sits
+/// between with a wide margin. Below it, prefetch would only move reads onto other threads
+/// that compete with the block loop and the flush thread for the same cores.
+const PREFETCH_COLD_READ_NANOS: u64 = 30_000;
+/// While prefetch pays, one block in this many is executed without it, to keep measuring
+/// what a read costs without it (so a state that became warm turns prefetch off). Why 16:
+/// a probe block costs its cold reads once; one in 16 keeps that under ~6 % of blocks.
+const PREFETCH_PROBE_EVERY_BLOCKS: u64 = 16;
+
+/// The demo app's prefetch: its sessions and the measurement that decides whether to use
+/// them.
+#[derive(Debug)]
+struct Prefetch {
+    sessions: [PrefetchSession; 2],
+    /// Average nanoseconds of a read execution made itself (a session miss, or a block
+    /// executed without prefetch); `None` until one was measured.
+    read_nanos: Option<u64>,
+    /// This block's reads made by execution itself: (nanoseconds, reads).
+    block_reads: (u64, u64),
+    /// Prefetch every block, measured or not ([`KvApp::with_prefetch_always`]).
+    always: bool,
+}
+
+impl Prefetch {
+    /// Whether to prefetch block `h`: while the state reads slowly (or nothing is measured
+    /// yet), except one probe block in [`PREFETCH_PROBE_EVERY_BLOCKS`].
+    fn pays_for(&self, h: u64) -> bool {
+        if self.always {
+            return true;
+        }
+        let cold = self
+            .read_nanos
+            .is_none_or(|n| n >= PREFETCH_COLD_READ_NANOS);
+        cold && !h.is_multiple_of(PREFETCH_PROBE_EVERY_BLOCKS)
+    }
+
+    /// Folds this block's reads into the average (weight 1/4: a few blocks turn it).
+    fn end_block(&mut self) {
+        let (nanos, reads) = std::mem::take(&mut self.block_reads);
+        if let Some(mean) = nanos.checked_div(reads) {
+            self.read_nanos = Some(match self.read_nanos {
+                None => mean,
+                Some(avg) => (3 * avg + mean) / 4,
+            });
+        }
+    }
 }
 
 /// The result code of an [`Tx::Add`] whose value is shorter than 8 bytes.
@@ -311,26 +363,52 @@ impl<D: Db> KvApp<D> {
     /// [`Tx::Add`]s read on a session of `pool`, and execution reads that session first
     /// (a prefetched value is used only if nothing wrote its key since it was read).
     /// Without a free session slot in the pool the app works as without prefetch.
-    pub fn with_prefetch(mut self, pool: &PrefetchPool) -> Self
+    ///
+    /// Prefetch is used while the state reads slowly — reads execution makes itself average
+    /// [`PREFETCH_COLD_READ_NANOS`] or more — and skipped while it reads from memory, where
+    /// it would only compete for the cores (one block in [`PREFETCH_PROBE_EVERY_BLOCKS`]
+    /// runs without it, to keep measuring).
+    pub fn with_prefetch(self, pool: &PrefetchPool) -> Self
+    where
+        D: 'static,
+    {
+        self.with_prefetch_policy(pool, false)
+    }
+
+    /// As [`KvApp::with_prefetch`], prefetching every block whatever reads cost (tests of
+    /// the prefetch path itself, and measuring it).
+    pub fn with_prefetch_always(self, pool: &PrefetchPool) -> Self
+    where
+        D: 'static,
+    {
+        self.with_prefetch_policy(pool, true)
+    }
+
+    fn with_prefetch_policy(mut self, pool: &PrefetchPool, always: bool) -> Self
     where
         D: 'static,
     {
         let source = self.db.clone() as Arc<dyn PrefetchSource>;
-        self.prefetch = Some([pool.session(source.clone()), pool.session(source)]);
+        self.prefetch = Some(Prefetch {
+            sessions: [pool.session(source.clone()), pool.session(source)],
+            read_nanos: None,
+            block_reads: (0, 0),
+            always,
+        });
         self
     }
 
     /// The prefetch sessions' counters added up (zero without prefetch).
     pub fn prefetch_stats(&self) -> Vec<PrefetchStats> {
-        self.prefetch
-            .as_ref()
-            .map_or(Vec::new(), |s| s.iter().map(|s| s.stats()).collect())
+        self.prefetch.as_ref().map_or(Vec::new(), |p| {
+            p.sessions.iter().map(|s| s.stats()).collect()
+        })
     }
 
     /// Reads data key `dk` for execution: the block's own earlier writes, then the
     /// prefetch session of height `h`, then the database (held writes included).
     fn read_for_execution(
-        &self,
+        &mut self,
         h: u64,
         writes: &BTreeMap<Bytes, Option<Bytes>>,
         key: &Bytes,
@@ -339,8 +417,19 @@ impl<D: Db> KvApp<D> {
             return Ok(w.clone());
         }
         let dk = data_key(key);
-        let stored = match &self.prefetch {
-            Some(sessions) => sessions[(h % 2) as usize].read(&*self.db, &dk)?,
+        let stored = match &mut self.prefetch {
+            Some(p) => match p.sessions[(h % 2) as usize].lookup(&dk) {
+                Some(v) => v,
+                None => {
+                    // A read execution makes itself: measured, to decide whether to
+                    // prefetch.
+                    let started = std::time::Instant::now();
+                    let v = self.db.get(&dk)?;
+                    p.block_reads.0 += started.elapsed().as_nanos() as u64;
+                    p.block_reads.1 += 1;
+                    v
+                }
+            },
             None => self.db.get(&dk)?,
         };
         match stored {
@@ -558,6 +647,9 @@ impl<D: Db + 'static> App<DemoChain> for KvApp<D> {
                 data: Bytes::new(),
             });
         }
+        if let Some(p) = &mut self.prefetch {
+            p.end_block();
+        }
         self.pending = Some(Pending { height: h, writes });
         Ok(results)
     }
@@ -673,12 +765,15 @@ impl<D: Db + 'static> App<DemoChain> for KvApp<D> {
     }
 
     fn prefetch(&mut self, next: &Block) -> Result<()> {
-        let Some(sessions) = &self.prefetch else {
+        let Some(p) = &self.prefetch else {
             return Ok(());
         };
-        let session = &sessions[(next.height() % 2) as usize];
+        let session = &p.sessions[(next.height() % 2) as usize];
         // The session last served block `next − 2`: its observations are done with.
         session.clear();
+        if !p.pays_for(next.height()) {
+            return Ok(());
+        }
         let keys: Vec<Bytes> = next
             .txs
             .iter()
