@@ -63,6 +63,7 @@ mod error;
 mod fs;
 mod holding;
 mod home;
+mod journal;
 mod node;
 mod poison;
 mod rollback;
@@ -86,6 +87,11 @@ pub use fs::{
 };
 pub use holding::{HeldStore, HeldWrite, HoldingDb};
 pub use home::{HOME_FORMAT_VERSION, Home};
+pub use journal::{
+    Applier, CHECKPOINT_BYTES, CHECKPOINT_INTERVAL, INDEX_FILE, JournalCounts, JournalDb,
+    JournalEngine, JournalOptions, KEYSPACE_NAME_BYTES_MAX, OVERLAY_BYTES_MAX, SEGMENT_BYTES,
+    segment_file_name,
+};
 pub use node::{
     DeferredWrites, Event, EventKind, EventSink, FLUSH_BYTES_MAX, FLUSH_INTERVAL, FlushInputs,
     FlushPolicy, FlushReport, FlushTrigger, Genesis, HandshakeCase, HandshakeReport, Mode,
