@@ -1077,6 +1077,15 @@ impl Shared {
 
 type ReadTable = redb::ReadOnlyTable<&'static [u8], &'static [u8]>;
 
+/// One pair from a redb range, as redb yields it.
+type RedbItem = std::result::Result<
+    (
+        redb::AccessGuard<'static, &'static [u8]>,
+        redb::AccessGuard<'static, &'static [u8]>,
+    ),
+    redb::StorageError,
+>;
+
 fn open_read_table(
     txn: &redb::ReadTransaction,
     db: &str,
@@ -1171,13 +1180,7 @@ impl Db for JournalDb {
                     .range::<&[u8]>(bounds)
                     .map_err(|e| Error::storage(&self.name, "range", e))?;
                 let name = self.name.clone();
-                let map = move |item: std::result::Result<
-                    (
-                        redb::AccessGuard<'static, &'static [u8]>,
-                        redb::AccessGuard<'static, &'static [u8]>,
-                    ),
-                    redb::StorageError,
-                >| {
+                let map = move |item: RedbItem| {
                     item.map(|(k, v)| {
                         (
                             Bytes::copy_from_slice(k.value()),
