@@ -18,6 +18,7 @@
 
 mod check;
 mod flushpoint_runs;
+mod journal_runs;
 mod peers;
 mod report;
 mod shape;
@@ -149,6 +150,8 @@ pub struct Contender {
 #[derive(Debug, Clone, Copy)]
 enum Kind {
     Fp(FpMode),
+    /// A flushpoint mode on three keyspaces of one journal (ADR 0008).
+    Journal(FpMode),
     Peer(Peer),
 }
 
@@ -162,6 +165,16 @@ pub const CONTENDERS: &[Contender] = &[
     Contender {
         name: "fp-per-block",
         what: Kind::Fp(FpMode::PerBlock),
+        crash_safe: "yes",
+    },
+    Contender {
+        name: "fpj-deferred",
+        what: Kind::Journal(FpMode::Deferred),
+        crash_safe: "yes (window)",
+    },
+    Contender {
+        name: "fpj-per-block",
+        what: Kind::Journal(FpMode::PerBlock),
         crash_safe: "yes",
     },
     Contender {
@@ -325,6 +338,22 @@ fn run_one(a: &RunOneArgs) -> RunReport {
                     "backend"
                 }
                 .into();
+            }
+            Kind::Journal(mode) => {
+                let out = journal_runs::run_write(
+                    mode,
+                    &a.profile,
+                    &a.dir,
+                    &stop,
+                    &mut || io0 = ProcIo::now(),
+                    &mut || io1 = ProcIo::now(),
+                )?;
+                rep.blocks = out.blocks;
+                rep.elapsed_s = out.elapsed.as_secs_f64();
+                rep.syncs = out.syncs;
+                rep.flush_points = out.flush_points;
+                rep.synced_batches = out.synced_batches;
+                rep.sync_method = "journal counters".into();
             }
             Kind::Peer(p) => {
                 let pool = shape::pool();

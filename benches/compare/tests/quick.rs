@@ -22,6 +22,8 @@ fn compare(args: &[&str], dir: &str, sabotage: Option<&str>) -> (Output, String)
 const ROWS: &[&str] = &[
     "fp-deferred",
     "fp-per-block",
+    "fpj-deferred",
+    "fpj-per-block",
     "fp-legacy",
     "fp-no-sync",
     "fp-memory",
