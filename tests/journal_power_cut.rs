@@ -37,17 +37,19 @@ use support::{Rng, full};
 
 const DIR: &str = "/data/journal";
 const KEYSPACES: [&str; 3] = ["blocks", "state", "app"];
-/// Units in a plan. Why: enough for ~8 segment rolls, ~10 checkpoints and several trims
-/// at the sizes below, while every cut of the run stays a few seconds in total.
-const UNITS: usize = 32;
+/// Units in a plan. Why: enough for ~14 segments, ~6 checkpoints, ~11 segments trimmed and a
+/// few overlay-budget waits at the sizes below, while every cut stays ~20 s in total.
+const UNITS: usize = 40;
 /// Segment size in this test. Why: a unit is 60–700 bytes, so a segment holds a few.
 const SEGMENT_BYTES: u64 = 1024;
 /// Checkpoint size in this test. Why: a checkpoint every few units, so cuts land in them.
 const CHECKPOINT_BYTES: u64 = 1200;
-/// Overlay budget in this test. Why: a large value (1.5 KB) or a run of buffered units
-/// passes it, so the budget's sync-then-apply path runs inside the plan.
-const OVERLAY_BYTES: u64 = 2048;
+/// Overlay budget in this test. Why: a burst of buffered units passes it, so the budget's
+/// sync-then-apply path runs inside the plan.
+const OVERLAY_BYTES: u64 = 400;
 const SEED_DEFAULT: u64 = 0x0a11_0c47;
+/// Buffered units in a burst. Why: three of ~160 bytes pass `OVERLAY_BYTES`.
+const BURST_UNITS: u32 = 3;
 
 fn options() -> JournalOptions {
     JournalOptions {
@@ -94,6 +96,27 @@ fn plan(seed: u64) -> Vec<Step> {
     while unit < UNITS as u32 {
         if rng.below(8) == 0 {
             steps.push(Step::Checkpoint);
+            continue;
+        }
+        if rng.below(8) == 0 {
+            // A burst of small buffered units in one keyspace: together they pass the
+            // overlay budget before any sync makes them applicable.
+            let ks = rng.below(3) as usize;
+            for _ in 0..BURST_UNITS {
+                unit += 1;
+                let ops = vec![
+                    (
+                        Bytes::from_static(b"unit"),
+                        Some(Bytes::from(unit.to_be_bytes().to_vec())),
+                    ),
+                    (Bytes::from_static(b"burst"), Some(rng.bytes(150))),
+                ];
+                steps.push(Step::Write {
+                    ks,
+                    ops,
+                    synced: false,
+                });
+            }
             continue;
         }
         unit += 1;
@@ -327,6 +350,10 @@ fn every_cut_recovers_every_acknowledged_unit_and_no_partial_unit() {
     assert!(
         counts.segments_deleted >= 2,
         "trims delete segments: {counts:?}"
+    );
+    assert!(
+        counts.overlay_waits >= 1,
+        "the overlay budget is reached: {counts:?}"
     );
     assert_eq!(read_all(&engine).unwrap(), *states.last().unwrap());
     drop(engine);

@@ -129,6 +129,11 @@ pub struct JournalCounts {
     pub checkpoints: u64,
     /// Segments deleted by trims.
     pub segments_deleted: u64,
+    /// Times a writer found the unapplied units over `overlay_bytes_max` and waited (or, with
+    /// unsynced units in the way, synced them; inline, applied them).
+    pub overlay_waits: u64,
+    /// The most bytes the unapplied units held at once (after a unit entered the overlay).
+    pub overlay_bytes_peak: u64,
     /// The index file's own I/O (redb's).
     pub index: BackendCounts,
 }
@@ -141,6 +146,8 @@ struct Counters {
     journal_bytes_written: AtomicU64,
     checkpoints: AtomicU64,
     segments_deleted: AtomicU64,
+    overlay_waits: AtomicU64,
+    overlay_bytes_peak: AtomicU64,
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -478,6 +485,8 @@ impl JournalEngine {
             journal_bytes_written: get(&c.journal_bytes_written),
             checkpoints: get(&c.checkpoints),
             segments_deleted: get(&c.segments_deleted),
+            overlay_waits: get(&c.overlay_waits),
+            overlay_bytes_peak: get(&c.overlay_bytes_peak),
             index: self.handle.shared.index_counters.snapshot(),
         }
     }
@@ -756,6 +765,9 @@ impl Shared {
             w.next_seq = seq + 1;
             let mut st = self.lock_state();
             push_unit(&mut st, seq, sections);
+            self.counters
+                .overlay_bytes_peak
+                .fetch_max(st.overlay_bytes, Ordering::Relaxed);
         }
         self.changed.notify_all();
         if self.options.applier == Applier::Inline {
@@ -773,6 +785,7 @@ impl Shared {
             if st.overlay_bytes <= self.options.overlay_bytes_max || st.queue.is_empty() {
                 return Ok(());
             }
+            bump(&self.counters.overlay_waits, 1);
             if st.durable_through < w.written_through {
                 drop(st);
                 self.sync_active(w)?;
@@ -849,6 +862,9 @@ impl Shared {
     /// One `sync_data` of the active segment: every unit written so far is durable after
     /// it. A failure poisons the engine; it is never retried.
     fn sync_active(&self, w: &mut Writer) -> Result<()> {
+        // Never after a failure: a sync that follows a failed one could report as durable
+        // bytes the failed one lost (fsyncgate).
+        self.poison.check(ENGINE_NAME)?;
         let path = self.segment_path(w.segment);
         if let Some(f) = &w.file {
             f.sync_data()
