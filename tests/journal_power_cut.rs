@@ -207,8 +207,16 @@ struct Outcome {
 }
 
 fn run(fs: &SimFs, steps: &[Step]) -> (Outcome, Option<JournalEngine>) {
+    run_with(fs, steps, options())
+}
+
+fn run_with(
+    fs: &SimFs,
+    steps: &[Step],
+    options: JournalOptions,
+) -> (Outcome, Option<JournalEngine>) {
     let mut out = Outcome::default();
-    let Ok(engine) = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options()) else {
+    let Ok(engine) = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options) else {
         return (out, None);
     };
     let dbs: Vec<_> = KEYSPACES
@@ -473,4 +481,64 @@ fn oracle_rejects_a_lost_acknowledged_unit_and_a_partial_unit() {
         matching_prefix(&states, &partial, 0, states.len() - 1),
         None
     );
+}
+
+/// The same plan with the background applier: the thread's applies, checkpoints and trims
+/// interleave with the writes, so cut `k` is not one fixed operation (the run is not
+/// replayable operation for operation; the plan and the fates are). Every cut that fires
+/// — in a write, in the applier, or in the close — is recovered and checked as above.
+#[test]
+fn every_cut_with_the_background_applier_recovers_every_acknowledged_unit() {
+    let seed = support::seed(SEED_DEFAULT);
+    println!("seed {seed} (replay the plan and fates: FLUSHPOINT_SEED={seed})");
+    let steps = plan(seed);
+    let states = model_states(&steps);
+    let background = || JournalOptions {
+        applier: Applier::Background,
+        ..options()
+    };
+    let fs = SimFs::new();
+    let (out, engine) = run_with(&fs, &steps, background());
+    assert!(out.completed);
+    drop(engine);
+    let total_ops = fs.ops();
+    let mut rng = Rng(seed ^ 0x0bac_6000);
+    let (mut checked, mut not_fired) = (0u64, 0u64);
+    let mut failures = Vec::new();
+    // Past the uncut run's count too: a run may take more operations than the uncut one.
+    for k in 1..=total_ops + total_ops / 4 {
+        let fs = SimFs::new();
+        fs.set_cut_at(Some(k));
+        let (out, engine) = run_with(&fs, &steps, background());
+        // The close (applier stopped, last checkpoint) may be where the cut lands.
+        drop(engine);
+        if !fs.is_dead() {
+            not_fired += 1;
+            continue;
+        }
+        for (dirs, files) in [
+            (DirFate::KeepAll, FileFate::KeepAll),
+            (
+                DirFate::Mask(rng.next_u64()),
+                FileFate::Random(rng.next_u64()),
+            ),
+        ] {
+            let image = fs.crash_image(dirs, files);
+            let what = format!("background, cut {k} ({dirs:?}, {files:?}), {out:?}");
+            match recover_and_check(&image, &states, out, &what) {
+                Ok(_) => checked += 1,
+                Err(e) => failures.push(e),
+            }
+        }
+    }
+    println!(
+        "background applier: {total_ops} operations uncut, {checked} cut states checked, {not_fired} cuts past the run's end"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failures (seed {seed}), first: {}",
+        failures.len(),
+        failures[0]
+    );
+    assert!(checked >= total_ops, "most cuts fired");
 }
