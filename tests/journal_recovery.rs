@@ -144,13 +144,23 @@ fn damaged_unit_before_a_later_valid_unit_is_refused_naming_segment_and_offset()
     // The middle unit's body: unit "c" after it was written once "b" was durable.
     flip_byte(&fs, &seg(0), offsets[1] + 40);
     let before = fs.read(&seg(0)).unwrap();
+    let ops = fs.ops();
     let err = open(&fs, 1 << 20).unwrap_err();
     assert_corrupt_at(err, &seg(0), offsets[1]);
     assert_eq!(
         fs.read(&seg(0)).unwrap(),
         before,
-        "nothing written before the decision"
+        "the segment is untouched"
     );
+    // redb's own repair of the index (a crash left it unclosed) writes it; nothing else is
+    // touched: no segment written, truncated, synced or deleted.
+    let log = fs.stats().log;
+    let index = Path::new(DIR).join(flushpoint::INDEX_FILE);
+    let journal_ops: Vec<_> = log[log.len() - (fs.ops() - ops) as usize..]
+        .iter()
+        .filter(|(_, path)| *path != index)
+        .collect();
+    assert_eq!(journal_ops, Vec::<&(flushpoint::SimOp, PathBuf)>::new());
 }
 
 #[test]
