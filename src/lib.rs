@@ -88,9 +88,9 @@ pub use fs::{
 pub use holding::{HeldStore, HeldWrite, HoldingDb};
 pub use home::{HOME_FORMAT_VERSION, Home};
 pub use journal::{
-    Applier, CHECKPOINT_BYTES, CHECKPOINT_INTERVAL, INDEX_FILE, JournalCounts, JournalDb,
-    JournalEngine, JournalOptions, KEYSPACE_NAME_BYTES_MAX, OVERLAY_BYTES_MAX, SEGMENT_BYTES,
-    segment_file_name,
+    APPLY_BATCH_DELAY, Applier, CHECKPOINT_BYTES, CHECKPOINT_INTERVAL, INDEX_FILE, JournalCounts,
+    JournalDb, JournalEngine, JournalOptions, KEYSPACE_NAME_BYTES_MAX, OVERLAY_BYTES_MAX,
+    SEGMENT_BYTES, segment_file_name,
 };
 pub use node::{
     DeferredWrites, Event, EventKind, EventSink, FLUSH_BYTES_MAX, FLUSH_INTERVAL, FlushInputs,

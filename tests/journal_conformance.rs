@@ -42,6 +42,8 @@ fn small(applier: Applier) -> JournalOptions {
         segment_bytes: SMALL_SEGMENT_BYTES,
         checkpoint_bytes: SMALL_CHECKPOINT_BYTES,
         overlay_bytes_max: SMALL_OVERLAY_BYTES,
+        // The background applier applies each unit at once: reads race its commits.
+        apply_batch_delay: std::time::Duration::ZERO,
         applier,
         ..JournalOptions::default()
     }

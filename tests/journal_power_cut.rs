@@ -493,8 +493,11 @@ fn every_cut_with_the_background_applier_recovers_every_acknowledged_unit() {
     println!("seed {seed} (replay the plan and fates: FLUSHPOINT_SEED={seed})");
     let steps = plan(seed);
     let states = model_states(&steps);
+    // No batching delay: the applier runs as soon as a unit is durable, so its applies,
+    // checkpoints and trims land between the plan's writes.
     let background = || JournalOptions {
         applier: Applier::Background,
+        apply_batch_delay: std::time::Duration::ZERO,
         ..options()
     };
     let fs = SimFs::new();

@@ -45,6 +45,12 @@ pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
 /// Why this bound: two checkpoints' worth lets the applier drain one while writers fill
 /// the next, and keeps the overlay's memory bounded (issue 8: ≤ 2 windows + 150 MiB).
 pub const OVERLAY_BYTES_MAX: u64 = 2 * CHECKPOINT_BYTES;
+/// How long the background applier lets a durable unit wait for others before applying it.
+/// Why this bound: each apply step is one redb commit, whose CPU cost does not shrink with
+/// the unit (measured: one commit per consensus-block unit made `fpj-unit` 0.50 ms/block
+/// against 0.11 ms for the raw append + `fdatasync`); 20 ms gathers ~tens of blocks per
+/// commit, and a reader sees the overlay meanwhile, so nothing waits on it.
+pub const APPLY_BATCH_DELAY: Duration = Duration::from_millis(20);
 /// The index's file name in the journal directory.
 pub const INDEX_FILE: &str = "index.redb";
 /// redb's page cache for the index. Why this bound: the index holds the three databases a
@@ -96,6 +102,8 @@ pub struct JournalOptions {
     pub checkpoint_interval: Duration,
     /// See [`OVERLAY_BYTES_MAX`].
     pub overlay_bytes_max: u64,
+    /// See [`APPLY_BATCH_DELAY`] (used by [`Applier::Background`] only).
+    pub apply_batch_delay: Duration,
     /// redb's page cache for the index, in bytes.
     pub index_cache_bytes: usize,
     /// Who applies units.
@@ -109,6 +117,7 @@ impl Default for JournalOptions {
             checkpoint_bytes: CHECKPOINT_BYTES,
             checkpoint_interval: CHECKPOINT_INTERVAL,
             overlay_bytes_max: OVERLAY_BYTES_MAX,
+            apply_batch_delay: APPLY_BATCH_DELAY,
             index_cache_bytes: INDEX_CACHE_BYTES,
             applier: Applier::Background,
         }
@@ -162,6 +171,8 @@ struct Pending {
     seq: u64,
     bytes: u64,
     sections: Arc<Sections>,
+    /// When the unit entered the overlay (the applier's batching clock).
+    queued_at: Instant,
 }
 
 type Overlay = BTreeMap<Bytes, (u64, Option<Bytes>)>;
@@ -554,6 +565,7 @@ fn push_unit(state: &mut State, seq: u64, sections: Arc<Sections>) {
         seq,
         bytes,
         sections,
+        queued_at: Instant::now(),
     });
 }
 
@@ -1043,21 +1055,28 @@ impl Shared {
                     if st.stop || self.poison.is_set() {
                         return;
                     }
-                    let durable_waiting = st
+                    // The oldest durable unit's age: applied once it is `apply_batch_delay` old,
+                    // or at once when the overlay is half its budget (writers may wait).
+                    let durable_age = st
                         .queue
                         .front()
-                        .is_some_and(|u| u.seq <= st.durable_through);
+                        .filter(|u| u.seq <= st.durable_through)
+                        .map(|u| u.queued_at.elapsed());
                     let since = st.last_checkpoint.elapsed();
                     let time_due = st.applied_seq > st.checkpoint_seq
                         && since >= self.options.checkpoint_interval;
-                    if durable_waiting || time_due {
+                    let apply_due = durable_age.is_some_and(|age| {
+                        age >= self.options.apply_batch_delay
+                            || st.overlay_bytes >= self.options.overlay_bytes_max / 2
+                    });
+                    if apply_due || time_due {
                         break;
                     }
-                    let wait = self
-                        .options
-                        .checkpoint_interval
-                        .saturating_sub(since)
-                        .max(Duration::from_millis(1));
+                    let wait = match durable_age {
+                        Some(age) => self.options.apply_batch_delay.saturating_sub(age),
+                        None => self.options.checkpoint_interval.saturating_sub(since),
+                    }
+                    .max(Duration::from_millis(1));
                     st = self
                         .changed
                         .wait_timeout(st, wait)

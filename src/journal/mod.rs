@@ -24,7 +24,7 @@ mod engine;
 mod unit;
 
 pub use engine::{
-    Applier, CHECKPOINT_BYTES, CHECKPOINT_INTERVAL, INDEX_FILE, JournalCounts, JournalDb,
-    JournalEngine, JournalOptions, OVERLAY_BYTES_MAX, SEGMENT_BYTES, segment_file_name,
+    APPLY_BATCH_DELAY, Applier, CHECKPOINT_BYTES, CHECKPOINT_INTERVAL, INDEX_FILE, JournalCounts,
+    JournalDb, JournalEngine, JournalOptions, OVERLAY_BYTES_MAX, SEGMENT_BYTES, segment_file_name,
 };
 pub use unit::KEYSPACE_NAME_BYTES_MAX;

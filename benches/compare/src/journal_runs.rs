@@ -159,3 +159,64 @@ pub fn run_write(
         flush_points,
     })
 }
+
+/// `fpj-unit`: the shape's block — its block store, state and app ops, the bytes the
+/// raw-sync row appends — committed as **one** synced unit per block with
+/// [`JournalEngine::commit`]: what a consensus block costs once the node writes it as one
+/// unit (issue 8's target: ≤ 1.5× raw-sync). Checked like the peers: the last block's
+/// records read back after a reopen.
+pub fn run_unit_per_block(
+    shape: &crate::shape::Shape,
+    pool: &[u8],
+    dir: &Path,
+    stop: &dyn Fn(u64, Duration) -> bool,
+    on_start: &mut dyn FnMut(),
+    on_end: &mut dyn FnMut(),
+) -> Result<crate::peers::PeerOut, String> {
+    use flushpoint::{Batch, Durability};
+    let engine = open(dir)?;
+    let all_syncs = |e: &JournalEngine| {
+        let c = e.counts();
+        c.journal_sync_data_calls + c.dir_sync_calls + c.index.sync_data_calls
+    };
+    let syncs0 = all_syncs(&engine);
+    on_start();
+    let start = Instant::now();
+    let mut blocks = 0u64;
+    while !stop(blocks, start.elapsed()) {
+        let mut batches = [Batch::new(), Batch::new(), Batch::new()];
+        for op in shape.peer_block(blocks + 1, pool) {
+            let b = &mut batches[op.store.index()];
+            match op.value {
+                Some(v) => b.put(op.key, v.to_vec()),
+                None => b.delete(op.key),
+            };
+        }
+        let units: Vec<(&str, &Batch)> = KEYSPACES.iter().copied().zip(batches.iter()).collect();
+        engine
+            .commit(&units, Durability::Synced)
+            .map_err(fp_err("commit"))?;
+        blocks += 1;
+    }
+    engine.checkpoint().map_err(fp_err("checkpoint"))?;
+    let syncs = all_syncs(&engine) - syncs0;
+    drop(engine);
+    let elapsed = start.elapsed();
+    on_end();
+    let engine = open(dir)?;
+    let ks: Vec<_> = KEYSPACES
+        .iter()
+        .map(|n| engine.keyspace(n).map_err(fp_err("keyspace")))
+        .collect::<Result<_, _>>()?;
+    crate::peers::verify(shape, pool, blocks, |store, key| {
+        Ok(ks[store.index()]
+            .get(key)
+            .map_err(fp_err("get"))?
+            .map(|v| v.to_vec()))
+    })?;
+    Ok(crate::peers::PeerOut {
+        blocks,
+        elapsed,
+        syncs,
+    })
+}

@@ -152,6 +152,8 @@ enum Kind {
     Fp(FpMode),
     /// A flushpoint mode on three keyspaces of one journal (ADR 0008).
     Journal(FpMode),
+    /// The shape's blocks as one journal unit each (`journal_runs::run_unit_per_block`).
+    JournalUnit,
     Peer(Peer),
 }
 
@@ -175,6 +177,11 @@ pub const CONTENDERS: &[Contender] = &[
     Contender {
         name: "fpj-per-block",
         what: Kind::Journal(FpMode::PerBlock),
+        crash_safe: "yes",
+    },
+    Contender {
+        name: "fpj-unit",
+        what: Kind::JournalUnit,
         crash_safe: "yes",
     },
     Contender {
@@ -353,6 +360,21 @@ fn run_one(a: &RunOneArgs) -> RunReport {
                 rep.syncs = out.syncs;
                 rep.flush_points = out.flush_points;
                 rep.synced_batches = out.synced_batches;
+                rep.sync_method = "journal counters".into();
+            }
+            Kind::JournalUnit => {
+                let pool = shape::pool();
+                let out = journal_runs::run_unit_per_block(
+                    &shape,
+                    &pool,
+                    &a.dir,
+                    &stop,
+                    &mut || io0 = ProcIo::now(),
+                    &mut || io1 = ProcIo::now(),
+                )?;
+                rep.blocks = out.blocks;
+                rep.elapsed_s = out.elapsed.as_secs_f64();
+                rep.syncs = out.syncs;
                 rep.sync_method = "journal counters".into();
             }
             Kind::Peer(p) => {

@@ -24,6 +24,7 @@ const ROWS: &[&str] = &[
     "fp-per-block",
     "fpj-deferred",
     "fpj-per-block",
+    "fpj-unit",
     "fp-legacy",
     "fp-no-sync",
     "fp-memory",
