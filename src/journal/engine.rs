@@ -437,7 +437,18 @@ impl JournalEngine {
                 Some(
                     std::thread::Builder::new()
                         .name("journal-applier".into())
-                        .spawn(move || s.run_applier())
+                        .spawn(move || {
+                            // A panic in the applier (a broken invariant) must not leave
+                            // writers waiting for room forever: it poisons the engine.
+                            let run = std::panic::AssertUnwindSafe(|| s.run_applier());
+                            if std::panic::catch_unwind(run).is_err() {
+                                s.fail(Error::storage(
+                                    ENGINE_NAME,
+                                    "apply",
+                                    "the applier thread panicked",
+                                ));
+                            }
+                        })
                         .map_err(|e| Error::storage(ENGINE_NAME, "spawn applier", e))?,
                 )
             }
