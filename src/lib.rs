@@ -70,6 +70,7 @@ mod error;
 mod fs;
 mod holding;
 mod home;
+mod journal;
 mod node;
 mod poison;
 mod prefetch;
@@ -97,6 +98,11 @@ pub use fs::{
 };
 pub use holding::{HeldStore, HeldWrite, HoldingDb};
 pub use home::{HOME_FORMAT_VERSION, Home};
+pub use journal::{
+    APPLY_BATCH_DELAY, Applier, CHECKPOINT_BYTES, CHECKPOINT_INTERVAL, INDEX_FILE, JournalCounts,
+    JournalDb, JournalEngine, JournalOptions, KEYSPACE_NAME_BYTES_MAX, OVERLAY_BYTES_MAX,
+    SEGMENT_BYTES, segment_file_name,
+};
 pub use node::{
     DeferredWrites, Event, EventKind, EventSink, FLUSH_BYTES_MAX, FLUSH_INTERVAL, FlushInputs,
     FlushPolicy, FlushReport, FlushTrigger, HandshakeCase, HandshakeReport, Mode, NoEvents, Node,

@@ -19,6 +19,7 @@
 
 mod check;
 mod flushpoint_runs;
+mod journal_runs;
 mod peers;
 mod prefetch_bench;
 mod report;
@@ -154,6 +155,10 @@ pub struct Contender {
 #[derive(Debug, Clone, Copy)]
 enum Kind {
     Fp(FpMode),
+    /// A flushpoint mode on three keyspaces of one journal (ADR 0008).
+    Journal(FpMode),
+    /// The shape's blocks as one journal unit each (`journal_runs::run_unit_per_block`).
+    JournalUnit,
     Peer(Peer),
 }
 
@@ -167,6 +172,21 @@ pub const CONTENDERS: &[Contender] = &[
     Contender {
         name: "fp-per-block",
         what: Kind::Fp(FpMode::PerBlock),
+        crash_safe: "yes",
+    },
+    Contender {
+        name: "fpj-deferred",
+        what: Kind::Journal(FpMode::Deferred),
+        crash_safe: "yes (window)",
+    },
+    Contender {
+        name: "fpj-per-block",
+        what: Kind::Journal(FpMode::PerBlock),
+        crash_safe: "yes",
+    },
+    Contender {
+        name: "fpj-unit",
+        what: Kind::JournalUnit,
         crash_safe: "yes",
     },
     Contender {
@@ -330,6 +350,37 @@ fn run_one(a: &RunOneArgs) -> RunReport {
                     "backend"
                 }
                 .into();
+            }
+            Kind::Journal(mode) => {
+                let out = journal_runs::run_write(
+                    mode,
+                    &a.profile,
+                    &a.dir,
+                    &stop,
+                    &mut || io0 = ProcIo::now(),
+                    &mut || io1 = ProcIo::now(),
+                )?;
+                rep.blocks = out.blocks;
+                rep.elapsed_s = out.elapsed.as_secs_f64();
+                rep.syncs = out.syncs;
+                rep.flush_points = out.flush_points;
+                rep.synced_batches = out.synced_batches;
+                rep.sync_method = "journal counters".into();
+            }
+            Kind::JournalUnit => {
+                let pool = shape::pool();
+                let out = journal_runs::run_unit_per_block(
+                    &shape,
+                    &pool,
+                    &a.dir,
+                    &stop,
+                    &mut || io0 = ProcIo::now(),
+                    &mut || io1 = ProcIo::now(),
+                )?;
+                rep.blocks = out.blocks;
+                rep.elapsed_s = out.elapsed.as_secs_f64();
+                rep.syncs = out.syncs;
+                rep.sync_method = "journal counters".into();
             }
             Kind::Peer(p) => {
                 let pool = shape::pool();

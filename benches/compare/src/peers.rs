@@ -360,7 +360,7 @@ pub fn run_peer(
 }
 
 /// Checks that the last block's sequential records read back with the bytes written.
-fn verify(
+pub(crate) fn verify(
     shape: &Shape,
     pool: &[u8],
     blocks: u64,

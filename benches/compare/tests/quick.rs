@@ -22,6 +22,9 @@ fn compare(args: &[&str], dir: &str, sabotage: Option<&str>) -> (Output, String)
 const ROWS: &[&str] = &[
     "fp-deferred",
     "fp-per-block",
+    "fpj-deferred",
+    "fpj-per-block",
+    "fpj-unit",
     "fp-legacy",
     "fp-no-sync",
     "fp-memory",

@@ -1,0 +1,222 @@
+//! The journal contenders (`fpj-deferred`, `fpj-per-block`): the node's own write runs
+//! (`flushpoint_runs::run_write`'s loop, unchanged) on three keyspaces of one
+//! [`JournalEngine`] instead of three redb files — ADR 0008's engine through the `Db` seam,
+//! before the node commits several keyspaces as one unit (each synced batch is still its own
+//! unit and its own `fdatasync`).
+//!
+//! Invariant: the run checks its outcome as the redb rows do — the durable heights read back
+//! after a reopen equal the blocks applied, and the synced batches are the mode's path.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flushpoint::{
+    BlockStore, ChainSpec, CountingDb, Db, FlushPolicy, HoldingDb, JournalEngine, JournalOptions,
+    KvApp, Mode, NoEvents, Node, StateStore, StdFs,
+};
+
+use crate::check::{Outcome, check};
+use crate::flushpoint_runs::{CHAIN_SEED, FpMode, FpRunOut, path_is_the_modes};
+
+/// The keyspaces, in the node's order (block store, state, app).
+const KEYSPACES: [&str; 3] = ["block store", "state", "app"];
+
+fn fp_err(what: &str) -> impl Fn(flushpoint::Error) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+/// True when the environment plants a wrong height expectation (`COMPARE_SABOTAGE=heights`,
+/// the harness's switch for seeing a check reject a wrong answer).
+fn sabotage_heights() -> bool {
+    std::env::var("COMPARE_SABOTAGE").is_ok_and(|v| v == "heights")
+}
+
+fn open(dir: &Path) -> Result<JournalEngine, String> {
+    JournalEngine::open(
+        Arc::new(StdFs),
+        &dir.join("journal"),
+        JournalOptions::default(),
+    )
+    .map_err(fp_err("open journal"))
+}
+
+fn durable_heights(engine: &JournalEngine) -> Result<[u64; 3], String> {
+    let ks = |n: &str| -> Result<Arc<dyn Db>, String> {
+        Ok(engine.keyspace(n).map_err(fp_err("keyspace"))? as Arc<dyn Db>)
+    };
+    let bs = BlockStore::open(ks(KEYSPACES[0])?).map_err(fp_err("block store"))?;
+    let st = StateStore::open(ks(KEYSPACES[1])?);
+    let app = KvApp::open(Arc::new(HoldingDb::new(ks(KEYSPACES[2])?))).map_err(fp_err("app"))?;
+    let (_, o) = flushpoint::observe(&bs, &st, &app).map_err(fp_err("observe"))?;
+    Ok([o.block_store_height, o.state_height, o.app_height])
+}
+
+/// Runs `mode` (deferred or per-block) on the journal, as `flushpoint_runs::run_write` runs
+/// it on redb. `syncs` counts every sync the engine made: the segments' `sync_data`, the
+/// directory fsyncs of new segments and the index's own syncs (checkpoints, file growth).
+pub fn run_write(
+    mode: FpMode,
+    profile_name: &str,
+    dir: &Path,
+    stop: &dyn Fn(u64, Duration) -> bool,
+    on_start: &mut dyn FnMut(),
+    on_end: &mut dyn FnMut(),
+) -> Result<FpRunOut, String> {
+    let spec = ChainSpec::new(CHAIN_SEED, profile_name.parse()?);
+    let engine = open(dir)?;
+    let counting: Vec<Arc<CountingDb<Arc<dyn Db>>>> = KEYSPACES
+        .iter()
+        .map(|n| {
+            let db = engine.keyspace(n).map_err(fp_err("keyspace"))?;
+            Ok(Arc::new(CountingDb::new(db as Arc<dyn Db>)))
+        })
+        .collect::<Result<_, String>>()?;
+    let counters: Vec<_> = counting.iter().map(|c| c.counters()).collect();
+    let [tb, ts, ta]: [Arc<dyn Db>; 3] = [
+        counting[0].clone(),
+        counting[1].clone(),
+        counting[2].clone(),
+    ];
+    drop(counting);
+    let app = KvApp::open(Arc::new(HoldingDb::new(ta))).map_err(fp_err("open app"))?;
+    let (mut node, _) = Node::open(tb, ts, Box::new(app), &spec.genesis(), Box::new(NoEvents))
+        .map_err(fp_err("open node"))?;
+    let synced_of = |c: &[Arc<flushpoint::SyncCounters>]| -> u64 {
+        c.iter().map(|c| c.snapshot().synced_batches).sum()
+    };
+    let all_syncs = |e: &JournalEngine| {
+        let c = e.counts();
+        c.journal_sync_data_calls + c.dir_sync_calls + c.index.sync_data_calls
+    };
+    let synced0 = synced_of(&counters);
+    let syncs0 = all_syncs(&engine);
+    on_start();
+    let start = Instant::now();
+    match mode {
+        FpMode::Deferred => node
+            .start_block_sync(FlushPolicy::default(), start)
+            .map_err(fp_err("start block sync"))?,
+        FpMode::PerBlock => node
+            .set_per_block_mode(Mode::Consensus)
+            .map_err(fp_err("mode"))?,
+        other => return Err(format!("{other:?} has no journal contender")),
+    }
+    let mut blocks = 0u64;
+    while !stop(blocks, start.elapsed()) {
+        let (b, parts, c) = spec.next_block(node.state());
+        if node.mode() == Mode::BlockSync {
+            let now = Instant::now();
+            node.sync_block(&b, &parts, &c, now)
+                .map_err(fp_err("sync block"))?;
+            node.on_timer(now).map_err(fp_err("timer"))?;
+        } else {
+            node.commit_block(&b, &parts, &c)
+                .map_err(fp_err("commit block"))?;
+        }
+        blocks += 1;
+    }
+    let mut flush_points = node.deferred().flush_points;
+    flush_points += u64::from(node.stop(Instant::now()).map_err(fp_err("stop"))?.is_some());
+    let synced = synced_of(&counters) - synced0;
+    // Close the engine before the clock stops, as the redb rows close their files: apply
+    // what is left and checkpoint (counted), then drop the last handle (its close finds
+    // nothing left to do).
+    engine.checkpoint().map_err(fp_err("checkpoint"))?;
+    let syncs = all_syncs(&engine) - syncs0;
+    let counts = engine.counts();
+    drop(engine);
+    let elapsed = start.elapsed();
+    on_end();
+    eprintln!(
+        "journal {mode:?}: {blocks} blocks, {syncs} syncs ({} journal sync_data, {} dir fsync, {} index sync_data), {} units, {} checkpoints, {} segments deleted",
+        counts.journal_sync_data_calls,
+        counts.dir_sync_calls,
+        counts.index.sync_data_calls,
+        counts.units_written,
+        counts.checkpoints,
+        counts.segments_deleted
+    );
+
+    let heights = durable_heights(&open(dir)?)?;
+    check(
+        "durable heights (block store, state, app)",
+        &Outcome::Heights(heights.to_vec()),
+        // COMPARE_SABOTAGE=heights plants a wrong expectation, as in the redb rows.
+        &Outcome::Heights(vec![blocks + u64::from(sabotage_heights()); 3]),
+    )
+    .map_err(|e| e.to_string())?;
+    if !path_is_the_modes(mode, synced, blocks, flush_points) {
+        return Err(format!(
+            "journal {mode:?}: {synced} synced batches for {blocks} blocks and {flush_points} flush points is not this mode's path"
+        ));
+    }
+    Ok(FpRunOut {
+        blocks,
+        elapsed,
+        syncs,
+        synced_batches: synced,
+        flush_points,
+    })
+}
+
+/// `fpj-unit`: the shape's block — its block store, state and app ops, the bytes the
+/// raw-sync row appends — committed as **one** synced unit per block with
+/// [`JournalEngine::commit`]: what a consensus block costs once the node writes it as one
+/// unit (issue 8's target: ≤ 1.5× raw-sync). Checked like the peers: the last block's
+/// records read back after a reopen.
+pub fn run_unit_per_block(
+    shape: &crate::shape::Shape,
+    pool: &[u8],
+    dir: &Path,
+    stop: &dyn Fn(u64, Duration) -> bool,
+    on_start: &mut dyn FnMut(),
+    on_end: &mut dyn FnMut(),
+) -> Result<crate::peers::PeerOut, String> {
+    use flushpoint::{Batch, Durability};
+    let engine = open(dir)?;
+    let all_syncs = |e: &JournalEngine| {
+        let c = e.counts();
+        c.journal_sync_data_calls + c.dir_sync_calls + c.index.sync_data_calls
+    };
+    let syncs0 = all_syncs(&engine);
+    on_start();
+    let start = Instant::now();
+    let mut blocks = 0u64;
+    while !stop(blocks, start.elapsed()) {
+        let mut batches = [Batch::new(), Batch::new(), Batch::new()];
+        for op in shape.peer_block(blocks + 1, pool) {
+            let b = &mut batches[op.store.index()];
+            match op.value {
+                Some(v) => b.put(op.key, v.to_vec()),
+                None => b.delete(op.key),
+            };
+        }
+        let units: Vec<(&str, &Batch)> = KEYSPACES.iter().copied().zip(batches.iter()).collect();
+        engine
+            .commit(&units, Durability::Synced)
+            .map_err(fp_err("commit"))?;
+        blocks += 1;
+    }
+    engine.checkpoint().map_err(fp_err("checkpoint"))?;
+    let syncs = all_syncs(&engine) - syncs0;
+    drop(engine);
+    let elapsed = start.elapsed();
+    on_end();
+    let engine = open(dir)?;
+    let ks: Vec<_> = KEYSPACES
+        .iter()
+        .map(|n| engine.keyspace(n).map_err(fp_err("keyspace")))
+        .collect::<Result<_, _>>()?;
+    crate::peers::verify(shape, pool, blocks, |store, key| {
+        Ok(ks[store.index()]
+            .get(key)
+            .map_err(fp_err("get"))?
+            .map(|v| v.to_vec()))
+    })?;
+    Ok(crate::peers::PeerOut {
+        blocks,
+        elapsed,
+        syncs,
+    })
+}

@@ -1,0 +1,30 @@
+//! The shared journal engine (ADR 0008, after ADR 0005 §1–2): several keyspaces written as
+//! crc32-framed **units** appended to segment files, one `sync_data` per synced unit, with
+//! redb as a checkpointed index the units are applied to in the background.
+//!
+//! * [`JournalEngine::keyspace`] gives a [`Db`](crate::Db) ([`JournalDb`]): the node runs on
+//!   it unchanged. [`JournalEngine::commit`] writes batches of several keyspaces as **one**
+//!   unit with one sync: atomic across keyspaces.
+//! * Reads see the units not yet applied (an in-memory overlay per keyspace), then redb.
+//! * The applier applies durable units to redb with `Durability::None`; a checkpoint (one
+//!   `Immediate` commit recording `applied_seq`) runs every [`CHECKPOINT_BYTES`] or
+//!   [`CHECKPOINT_INTERVAL`]; only then are whole segments below it deleted.
+//! * Recovery on open: redb at its last checkpoint, units past it replayed, a torn tail
+//!   truncated, any other invalid unit refused with [`Error::Corrupt`](crate::Error) naming
+//!   the segment and offset — decided before anything is written.
+//!
+//! Invariant: a unit is durable exactly when a `sync_data` of its segment returned `Ok`
+//! after it was written; the first failed write or sync poisons the engine (the crate's one
+//! [`Poison`](crate::poison)), never retried.
+//! Invariant: only durable units are applied to redb, in seq order; redb's durable state is
+//! always a prefix of the journal (all units ≤ `applied_seq`).
+//! Invariant: this module never imports the store, node or app layers.
+
+mod engine;
+mod unit;
+
+pub use engine::{
+    APPLY_BATCH_DELAY, Applier, CHECKPOINT_BYTES, CHECKPOINT_INTERVAL, INDEX_FILE, JournalCounts,
+    JournalDb, JournalEngine, JournalOptions, OVERLAY_BYTES_MAX, SEGMENT_BYTES, segment_file_name,
+};
+pub use unit::KEYSPACE_NAME_BYTES_MAX;

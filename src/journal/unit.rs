@@ -1,0 +1,289 @@
+//! Units: the journal's framed records, encoded and decoded (no I/O here).
+//!
+//! Layout (little-endian; `docs/FORMAT.md`, "Journal"):
+//! `header {magic "FPJ1" (4), version (1), reserved 0 (3), seq u64, synced_through u64,
+//! body_len u32, header_crc32 u32}` (32 bytes) ‖ body (`body_len` bytes) ‖ `body_crc32 u32`.
+//! Body: `section_count u32`, then per section `name_len u8 ‖ name ‖ op_count u32 ‖ ops`,
+//! each op `tag u8 (1 put, 2 delete) ‖ key_len u32 ‖ key [‖ value_len u32 ‖ value]`.
+//!
+//! Invariant: `decode_at` never panics on any bytes; it says `Valid`, or why the bytes at
+//! that offset are not a unit.
+//! Invariant: this module decides nothing about durability or recovery; it only frames.
+
+use bytes::Bytes;
+
+/// The unit magic: "FlushPoint Journal", format 1.
+pub(crate) const MAGIC: [u8; 4] = *b"FPJ1";
+/// The unit format version this build writes and reads.
+pub(crate) const UNIT_VERSION: u8 = 1;
+/// Bytes of a unit header.
+pub(crate) const HEADER_BYTES: usize = 32;
+/// Bytes after the body (its crc32).
+pub(crate) const TRAILER_BYTES: usize = 4;
+/// Longest keyspace name, in bytes. Why: the name is framed with one length byte.
+pub const KEYSPACE_NAME_BYTES_MAX: usize = 255;
+
+const OP_PUT: u8 = 1;
+const OP_DELETE: u8 = 2;
+
+/// One write of a unit: `Some(value)` a put, `None` a delete.
+pub(crate) type UnitOp = (Bytes, Option<Bytes>);
+
+/// A unit's content: per keyspace, its ops in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Sections(pub(crate) Vec<(String, Vec<UnitOp>)>);
+
+impl Sections {
+    /// Key and value bytes carried (the overlay's accounting unit).
+    pub(crate) fn byte_size(&self) -> u64 {
+        self.0
+            .iter()
+            .flat_map(|(_, ops)| ops.iter())
+            .map(|(k, v)| (k.len() + v.as_ref().map_or(0, |v| v.len())) as u64)
+            .sum()
+    }
+}
+
+/// A decoded unit header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub(crate) seq: u64,
+    /// The highest seq known durable when this unit was written: a unit with a valid unit
+    /// after it whose `synced_through` is at least its seq was durable once (recovery
+    /// refuses to discard it).
+    pub(crate) synced_through: u64,
+    pub(crate) body_len: u32,
+}
+
+impl Header {
+    /// Bytes of the whole unit.
+    pub(crate) fn unit_len(&self) -> u64 {
+        (HEADER_BYTES + TRAILER_BYTES) as u64 + u64::from(self.body_len)
+    }
+}
+
+/// Encodes one unit. `None` when the body exceeds `u32::MAX` bytes.
+pub(crate) fn encode(seq: u64, synced_through: u64, sections: &Sections) -> Option<Vec<u8>> {
+    let mut body_len: u64 = 4;
+    for (name, ops) in &sections.0 {
+        body_len += 1 + name.len() as u64 + 4;
+        for (k, v) in ops {
+            body_len += 1 + 4 + k.len() as u64 + v.as_ref().map_or(0, |v| 4 + v.len() as u64);
+        }
+    }
+    let body_len = u32::try_from(body_len).ok()?;
+    let mut out = Vec::with_capacity(HEADER_BYTES + body_len as usize + TRAILER_BYTES);
+    out.extend_from_slice(&MAGIC);
+    out.push(UNIT_VERSION);
+    out.extend_from_slice(&[0; 3]);
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&synced_through.to_le_bytes());
+    out.extend_from_slice(&body_len.to_le_bytes());
+    let header_crc = crc32fast::hash(&out);
+    out.extend_from_slice(&header_crc.to_le_bytes());
+    debug_assert_eq!(out.len(), HEADER_BYTES);
+    out.extend_from_slice(&(sections.0.len() as u32).to_le_bytes());
+    for (name, ops) in &sections.0 {
+        assert!(
+            !name.is_empty() && name.len() <= KEYSPACE_NAME_BYTES_MAX,
+            "invariant: keyspace names are checked when the keyspace is opened"
+        );
+        out.push(name.len() as u8);
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+        for (k, v) in ops {
+            match v {
+                Some(v) => {
+                    out.push(OP_PUT);
+                    out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+                    out.extend_from_slice(k);
+                    out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                    out.extend_from_slice(v);
+                }
+                None => {
+                    out.push(OP_DELETE);
+                    out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+                    out.extend_from_slice(k);
+                }
+            }
+        }
+    }
+    debug_assert_eq!(out.len(), HEADER_BYTES + body_len as usize);
+    let body_crc = crc32fast::hash(&out[HEADER_BYTES..]);
+    out.extend_from_slice(&body_crc.to_le_bytes());
+    Some(out)
+}
+
+/// What the bytes at an offset are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Decoded {
+    /// A whole, valid unit.
+    Valid(Header, Sections),
+    /// Not a unit: why (for the error a refusal carries).
+    Invalid(crate::error::CorruptReason),
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Decodes only the header at the start of `buf` (checked magic, version and crc).
+pub(crate) fn decode_header(buf: &[u8]) -> Result<Header, crate::error::CorruptReason> {
+    use crate::error::CorruptReason as R;
+    if buf.len() < HEADER_BYTES {
+        return Err(R::Truncated {
+            needed: HEADER_BYTES - buf.len(),
+        });
+    }
+    if buf[..4] != MAGIC {
+        return Err(R::Invalid("unit magic"));
+    }
+    let stored = le_u32(buf, 28);
+    let computed = crc32fast::hash(&buf[..28]);
+    if stored != computed {
+        return Err(R::Checksum { stored, computed });
+    }
+    if buf[4] != UNIT_VERSION {
+        return Err(R::UnknownVersion(buf[4]));
+    }
+    Ok(Header {
+        seq: le_u64(buf, 8),
+        synced_through: le_u64(buf, 16),
+        body_len: le_u32(buf, 24),
+    })
+}
+
+/// Decodes the unit at the start of `buf` (which may run on past it).
+pub(crate) fn decode_at(buf: &[u8]) -> Decoded {
+    use crate::error::CorruptReason as R;
+    let header = match decode_header(buf) {
+        Ok(h) => h,
+        Err(r) => return Decoded::Invalid(r),
+    };
+    let len = header.unit_len();
+    if (buf.len() as u64) < len {
+        return Decoded::Invalid(R::Truncated {
+            needed: (len - buf.len() as u64) as usize,
+        });
+    }
+    let body = &buf[HEADER_BYTES..HEADER_BYTES + header.body_len as usize];
+    let stored = le_u32(buf, HEADER_BYTES + body.len());
+    let computed = crc32fast::hash(body);
+    if stored != computed {
+        return Decoded::Invalid(R::Checksum { stored, computed });
+    }
+    match decode_body(body) {
+        Ok(sections) => Decoded::Valid(header, sections),
+        Err(r) => Decoded::Invalid(r),
+    }
+}
+
+fn decode_body(body: &[u8]) -> Result<Sections, crate::error::CorruptReason> {
+    use crate::error::CorruptReason as R;
+    let mut at = 0usize;
+    let take = |at: &mut usize, n: usize| -> Result<&[u8], R> {
+        let end = at.checked_add(n).ok_or(R::Invalid("length overflow"))?;
+        if end > body.len() {
+            return Err(R::Truncated {
+                needed: end - body.len(),
+            });
+        }
+        let s = &body[*at..end];
+        *at = end;
+        Ok(s)
+    };
+    let u32_at = |at: &mut usize| -> Result<u32, R> {
+        Ok(u32::from_le_bytes(
+            take(at, 4)?.try_into().expect("4 bytes"),
+        ))
+    };
+    let section_count = u32_at(&mut at)?;
+    let mut sections = Vec::new();
+    for _ in 0..section_count {
+        let name_len = take(&mut at, 1)?[0] as usize;
+        if name_len == 0 {
+            return Err(R::Invalid("empty keyspace name"));
+        }
+        let name = std::str::from_utf8(take(&mut at, name_len)?)
+            .map_err(|_| R::Invalid("keyspace name is not UTF-8"))?
+            .to_string();
+        let op_count = u32_at(&mut at)?;
+        let mut ops = Vec::new();
+        for _ in 0..op_count {
+            let tag = take(&mut at, 1)?[0];
+            let key_len = u32_at(&mut at)? as usize;
+            let key = Bytes::copy_from_slice(take(&mut at, key_len)?);
+            let value = match tag {
+                OP_PUT => {
+                    let value_len = u32_at(&mut at)? as usize;
+                    Some(Bytes::copy_from_slice(take(&mut at, value_len)?))
+                }
+                OP_DELETE => None,
+                _ => return Err(R::Invalid("unit op tag")),
+            };
+            ops.push((key, value));
+        }
+        sections.push((name, ops));
+    }
+    if at != body.len() {
+        return Err(R::Trailing(body.len() - at));
+    }
+    Ok(Sections(sections))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Sections {
+        Sections(vec![
+            (
+                "blocks".to_string(),
+                vec![
+                    (Bytes::from_static(b"k1"), Some(Bytes::from_static(b"v1"))),
+                    (Bytes::from_static(b"k2"), None),
+                ],
+            ),
+            (
+                "state".to_string(),
+                vec![(Bytes::from_static(b""), Some(Bytes::from_static(b"")))],
+            ),
+        ])
+    }
+
+    #[test]
+    fn a_unit_decodes_to_what_was_encoded() {
+        let bytes = encode(7, 5, &sample()).unwrap();
+        match decode_at(&bytes) {
+            Decoded::Valid(h, s) => {
+                assert_eq!((h.seq, h.synced_through), (7, 5));
+                assert_eq!(h.unit_len(), bytes.len() as u64);
+                assert_eq!(s, sample());
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_flipped_bit_and_every_cut_is_invalid() {
+        let bytes = encode(1, 0, &sample()).unwrap();
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut b = bytes.clone();
+                b[i] ^= 1 << bit;
+                assert!(
+                    matches!(decode_at(&b), Decoded::Invalid(_)),
+                    "bit {bit} of byte {i}"
+                );
+            }
+            assert!(
+                matches!(decode_at(&bytes[..i]), Decoded::Invalid(_)),
+                "cut {i}"
+            );
+        }
+    }
+}

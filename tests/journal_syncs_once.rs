@@ -1,0 +1,109 @@
+//! A synced unit costs exactly one `sync_data`, on its segment, and no other journal sync:
+//! a one-keyspace write and a three-keyspace commit alike. A buffered unit costs none. The
+//! first unit of a segment adds one directory fsync (the segment's name). Counted twice,
+//! independently: by `SimFs`'s own log of operations, per path, and by the engine's
+//! counters. The index (`index.redb`) is the applier's: its non-durable commits sync only
+//! when redb grows the file (seen here when a commit creates two new tables), counted apart
+//! in `JournalCounts::index` and left out of the journal's count.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use flushpoint::{
+    Applier, Batch, Db, Durability, JournalEngine, JournalOptions, SimFs, SimOp, segment_file_name,
+};
+
+const DIR: &str = "/j";
+
+/// The sync operations (file and directory) SimFs logged since `from`, with their paths,
+/// the index's own left out.
+fn syncs_since(fs: &SimFs, from: usize) -> Vec<(SimOp, PathBuf)> {
+    let index = Path::new(DIR).join(flushpoint::INDEX_FILE);
+    fs.stats().log[from..]
+        .iter()
+        .filter(|(op, _)| matches!(op, SimOp::SyncData | SimOp::SyncAll | SimOp::SyncDir))
+        .filter(|(_, path)| *path != index)
+        .cloned()
+        .collect()
+}
+
+fn batch(key: &str) -> Batch {
+    let mut b = Batch::new();
+    b.put(Bytes::from(key.to_string()), Bytes::from(vec![1u8; 100]));
+    b
+}
+
+#[test]
+fn one_synced_unit_is_one_sync_data_on_its_segment() {
+    for applier in [Applier::Inline, Applier::Background] {
+        let fs = SimFs::new();
+        let options = JournalOptions {
+            applier,
+            ..JournalOptions::default()
+        };
+        let engine = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options).unwrap();
+        let blocks = engine.keyspace("blocks").unwrap();
+        let segment = Path::new(DIR).join(segment_file_name(0));
+
+        // The first unit creates segment 0: one directory fsync, then its one sync_data.
+        let at = fs.stats().log.len();
+        blocks.write(&batch("first"), Durability::Synced).unwrap();
+        assert_eq!(
+            syncs_since(&fs, at),
+            vec![
+                (SimOp::SyncDir, PathBuf::from(DIR)),
+                (SimOp::SyncData, segment.clone())
+            ],
+            "{applier:?}"
+        );
+
+        // One keyspace, synced: exactly one sync_data (the applier's redb commits use
+        // Durability::None: no sync; no checkpoint is due at the default sizes).
+        let before = engine.counts();
+        let at = fs.stats().log.len();
+        blocks.write(&batch("k"), Durability::Synced).unwrap();
+        assert_eq!(
+            syncs_since(&fs, at),
+            vec![(SimOp::SyncData, segment.clone())]
+        );
+        let after = engine.counts();
+        assert_eq!(
+            after.journal_sync_data_calls - before.journal_sync_data_calls,
+            1
+        );
+        assert_eq!(after.dir_sync_calls, before.dir_sync_calls);
+
+        // Three keyspaces in one commit: one unit, one sync_data.
+        let at = fs.stats().log.len();
+        let (b1, b2, b3) = (batch("block"), batch("state"), batch("app"));
+        engine
+            .commit(
+                &[("blocks", &b1), ("state", &b2), ("app", &b3)],
+                Durability::Synced,
+            )
+            .unwrap();
+        assert_eq!(
+            syncs_since(&fs, at),
+            vec![(SimOp::SyncData, segment.clone())]
+        );
+        assert_eq!(engine.counts().units_written, 3);
+
+        // Buffered: no sync at all.
+        let at = fs.stats().log.len();
+        blocks.write(&batch("b"), Durability::Buffered).unwrap();
+        assert_eq!(syncs_since(&fs, at), vec![]);
+
+        // A checkpoint is the index's durable commit: it syncs the index, not the journal
+        // (the buffered unit's segment is synced first, so the checkpoint covers it).
+        let before = engine.counts();
+        engine.checkpoint().unwrap();
+        let after = engine.counts();
+        assert_eq!(after.checkpoints - before.checkpoints, 1);
+        assert_eq!(
+            after.journal_sync_data_calls - before.journal_sync_data_calls,
+            1,
+            "the buffered unit's sync"
+        );
+    }
+}
