@@ -11,9 +11,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use flushpoint::demo::{ChainSpec, KvApp};
 use flushpoint::{
-    BlockStore, ChainSpec, CountingDb, Db, FlushPolicy, HoldingDb, JournalEngine, JournalOptions,
-    KvApp, Mode, NoEvents, Node, StateStore, StdFs,
+    BlockStore, CountingDb, Db, FlushPolicy, HoldingDb, JournalEngine, JournalOptions, Mode,
+    NoEvents, Node, StateStore, StdFs,
 };
 
 use crate::check::{Outcome, check};
@@ -45,8 +46,9 @@ fn durable_heights(engine: &JournalEngine) -> Result<[u64; 3], String> {
     let ks = |n: &str| -> Result<Arc<dyn Db>, String> {
         Ok(engine.keyspace(n).map_err(fp_err("keyspace"))? as Arc<dyn Db>)
     };
-    let bs = BlockStore::open(ks(KEYSPACES[0])?).map_err(fp_err("block store"))?;
-    let st = StateStore::open(ks(KEYSPACES[1])?);
+    let bs = BlockStore::<flushpoint::demo::Block>::open(ks(KEYSPACES[0])?)
+        .map_err(fp_err("block store"))?;
+    let st = StateStore::<flushpoint::demo::DemoChain>::open(ks(KEYSPACES[1])?);
     let app = KvApp::open(Arc::new(HoldingDb::new(ks(KEYSPACES[2])?))).map_err(fp_err("app"))?;
     let (_, o) = flushpoint::observe(&bs, &st, &app).map_err(fp_err("observe"))?;
     Ok([o.block_store_height, o.state_height, o.app_height])
@@ -80,7 +82,7 @@ pub fn run_write(
     ];
     drop(counting);
     let app = KvApp::open(Arc::new(HoldingDb::new(ta))).map_err(fp_err("open app"))?;
-    let (mut node, _) = Node::open(tb, ts, Box::new(app), &spec.genesis(), Box::new(NoEvents))
+    let (mut node, _) = Node::open(tb, ts, Box::new(app), spec.chain(), Box::new(NoEvents))
         .map_err(fp_err("open node"))?;
     let synced_of = |c: &[Arc<flushpoint::SyncCounters>]| -> u64 {
         c.iter().map(|c| c.snapshot().synced_batches).sum()
