@@ -1,7 +1,16 @@
 //! Every `Db` backend honours the same contract: point reads, range iteration in both
 //! directions under every kind of bound, prefix ranges, batches where a later op on the same
-//! key wins, empty ranges, snapshot iterators — checked by one suite run against `MemoryDb`
-//! and `RedbDb`, and by a model test comparing random op sequences with a `BTreeMap`.
+//! key wins, empty ranges, snapshot iterators — checked by one suite run against `MemoryDb`,
+//! `RedbDb` and a keyspace of a `JournalEngine` (`JournalDb`), and by a model test comparing
+//! random op sequences with a `BTreeMap`.
+//!
+//! The journal runs in three settings:
+//! * `journal_sim`: on `SimFs`, the applier inline, with segments, checkpoints and the overlay
+//!   budget shrunk to a few KiB, so rolls, checkpoints, trims and budget waits happen inside
+//!   every case; a decoy keyspace holds the same keys with other values, so a write or a read
+//!   leaking across keyspaces diverges from the model;
+//! * `journal_disk`: on a real directory with the background applier and the default sizes;
+//! * `journal_disk_small`: a real directory, the background applier and tiny sizes.
 //!
 //! The expected answers are computed here from a `BTreeMap` with this file's own bound logic,
 //! never with the crate's `KeyRange::contains`, so a wrong bound in the crate cannot agree
@@ -9,10 +18,13 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::path::Path;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use flushpoint::{
-    Batch, Db, Direction, Durability, KeyRange, MemoryDb, RedbDb, RedbOptions, collect_range,
+    Applier, Batch, Db, Direction, Durability, FileSystem, JournalEngine, JournalOptions, KeyRange,
+    MemoryDb, RedbDb, RedbOptions, SimFs, StdFs, collect_range,
 };
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 
@@ -20,28 +32,128 @@ use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 /// values overflow it now and then, so reads also come from the file, not only the cache.
 const TEST_CACHE_BYTES: usize = 4 * 1024 * 1024;
 
+/// Segment bytes in the small settings. Why this bound: a model case writes a few KiB to
+/// 100 KiB, so segments roll many times per case.
+const SMALL_SEGMENT_BYTES: u64 = 2 * 1024;
+/// Checkpoint bytes in the small settings. Why: several checkpoints (and trims) per case.
+const SMALL_CHECKPOINT_BYTES: u64 = 1024;
+/// Overlay budget in the small settings. Why: a value of 20–40 KB passes it, so writers
+/// wait for (or run) the applier inside a case.
+const SMALL_OVERLAY_BYTES: u64 = 8 * 1024;
+
+/// The keyspace under test, and the decoy beside it.
+const KEYSPACE: &str = "conformance";
+const DECOY: &str = "decoy";
+
+fn small(applier: Applier) -> JournalOptions {
+    JournalOptions {
+        segment_bytes: SMALL_SEGMENT_BYTES,
+        checkpoint_bytes: SMALL_CHECKPOINT_BYTES,
+        overlay_bytes_max: SMALL_OVERLAY_BYTES,
+        // The background applier applies each unit at once: reads race its commits.
+        apply_batch_delay: std::time::Duration::ZERO,
+        applier,
+        ..JournalOptions::default()
+    }
+}
+
 /// A database under test, reopenable when it lives on disk.
 struct Fixture {
     db: Option<Box<dyn Db>>,
-    dir: Option<tempfile::TempDir>,
+    /// Opens the database again on the same files (`None`: in memory, reopen is a no-op).
+    open: Option<Box<dyn Fn() -> Box<dyn Db>>>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// Opens the engine and the keyspace under test; on first open fills the decoy keyspace
+/// with the model's keys (one synced multi-keyspace commit).
+fn open_keyspace(fs: Arc<dyn FileSystem>, dir: &Path, options: JournalOptions) -> Box<dyn Db> {
+    let engine = JournalEngine::open(fs, dir, options).expect("open journal");
+    let decoy = engine.keyspace(DECOY).expect("decoy keyspace");
+    if decoy.get(b"").expect("decoy get").is_none() {
+        let mut batch = Batch::new();
+        for k in [
+            &b""[..],
+            b"\x00",
+            b"\x01",
+            b"a",
+            b"\xfe",
+            b"\xff",
+            b"aa",
+            b"\x00\xff",
+        ] {
+            batch.put(b(k), b(b"decoy value"));
+        }
+        engine
+            .commit(&[(DECOY, &batch)], Durability::Synced)
+            .expect("decoy commit");
+    }
+    Box::new(engine.keyspace(KEYSPACE).expect("keyspace"))
 }
 
 impl Fixture {
     fn memory() -> Self {
         Fixture {
             db: Some(Box::new(MemoryDb::new("conformance"))),
-            dir: None,
+            open: None,
+            _dir: None,
+        }
+    }
+
+    fn reopenable(
+        open: impl Fn() -> Box<dyn Db> + 'static,
+        dir: Option<tempfile::TempDir>,
+    ) -> Self {
+        Fixture {
+            db: Some(open()),
+            open: Some(Box::new(open)),
+            _dir: dir,
         }
     }
 
     fn redb() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut f = Fixture {
-            db: None,
-            dir: Some(dir),
+        let path = dir.path().join("db.redb");
+        let options = RedbOptions {
+            cache_bytes: TEST_CACHE_BYTES,
         };
-        f.reopen();
-        f
+        Self::reopenable(
+            move || Box::new(RedbDb::open(&path, "conformance", &options).expect("open redb")),
+            Some(dir),
+        )
+    }
+
+    fn journal(
+        fs: Arc<dyn FileSystem>,
+        dir: std::path::PathBuf,
+        options: JournalOptions,
+        tmp: Option<tempfile::TempDir>,
+    ) -> Self {
+        Self::reopenable(
+            move || open_keyspace(fs.clone(), &dir, options.clone()),
+            tmp,
+        )
+    }
+
+    fn journal_sim() -> Self {
+        Self::journal(
+            Arc::new(SimFs::new()),
+            "/j".into(),
+            small(Applier::Inline),
+            None,
+        )
+    }
+
+    fn journal_disk() -> Self {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("journal");
+        Self::journal(Arc::new(StdFs), dir, JournalOptions::default(), Some(tmp))
+    }
+
+    fn journal_disk_small() -> Self {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("journal");
+        Self::journal(Arc::new(StdFs), dir, small(Applier::Background), Some(tmp))
     }
 
     fn db(&self) -> &dyn Db {
@@ -50,15 +162,11 @@ impl Fixture {
 
     /// Closes and reopens an on-disk database (a clean restart); a no-op in memory.
     fn reopen(&mut self) {
-        let Some(dir) = &self.dir else { return };
-        // The old handle must be closed before the file is opened again.
+        let Some(open) = &self.open else { return };
+        // The old handle must be closed (a journal's applier stopped) before the files are
+        // opened again.
         self.db = None;
-        let options = RedbOptions {
-            cache_bytes: TEST_CACHE_BYTES,
-        };
-        let db =
-            RedbDb::open(&dir.path().join("db.redb"), "conformance", &options).expect("open redb");
-        self.db = Some(Box::new(db));
+        self.db = Some(open());
     }
 }
 
@@ -485,15 +593,23 @@ macro_rules! conformance {
     };
 }
 
-/// Cases per model run. Why: redb creates a file per case (7 fsyncs, plus a directory
-/// fsync) and syncs some writes; on a loaded 2-core machine an fsync can take ~10 ms, so
-/// redb gets fewer cases to keep the file well under 20 s.
+/// Cases per model run. Why: redb (and a journal on a real directory) creates a file per
+/// case (7 fsyncs, plus a directory fsync) and syncs some writes; on a loaded 2-core machine
+/// an fsync can take ~10 ms, so the disk backends get fewer cases to keep the file well
+/// under 20 s; `SimFs` and memory cost no fsync.
 fn model_cases(backend: &str) -> u64 {
-    if backend == "redb" { 60 } else { 500 }
+    if matches!(backend, "memory" | "journal_sim") {
+        500
+    } else {
+        60
+    }
 }
 
 conformance!(memory, Fixture::memory());
 conformance!(redb, Fixture::redb());
+conformance!(journal_sim, Fixture::journal_sim());
+conformance!(journal_disk, Fixture::journal_disk());
+conformance!(journal_disk_small, Fixture::journal_disk_small());
 
 mod model {
     use super::*;
@@ -888,7 +1004,8 @@ mod model {
                     inner: MemoryDb::new("liar"),
                     lie,
                 })),
-                dir: None,
+                open: None,
+                _dir: None,
             };
             run(&mut f, &ops).err().map(|e| (case, e))
         })
