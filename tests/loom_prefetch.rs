@@ -2,17 +2,20 @@
 //! invalidation.
 //!
 //! Under `--cfg loom` the prefetch module's mutexes, condition variable and worker threads,
-//! and `HoldingDb`'s write-generation atomics, are loom's (`#[cfg(loom)]` aliases in
-//! `src/prefetch/mod.rs` and `src/holding/mod.rs`; the table has 4 buckets there), so loom
-//! schedules the real worker loop against the real write path. The held overlay's and
-//! `MemoryDb`'s own locks stay `std`: loom sees each apply and each read as one step, which
-//! is what the invalidation argument treats them as (ADR 0010).
+//! and `HoldingDb`'s write-generation atomics and held-window lock, are loom's
+//! (`#[cfg(loom)]` aliases in `src/prefetch/mod.rs` and `src/holding/mod.rs`; the table has
+//! 4 buckets there), so loom schedules the real worker loop against the real write path.
+//! The held lock must be loom's: loom's partial-order reduction orders only the operations
+//! it sees, and with a `std` lock it treated a write's bump and apply as one step and never
+//! put a worker's read between them (the planted bump-before-apply went uncaught). The
+//! `MemoryDb` below stays `std`; passing through, its read and write follow the held lock's
+//! check in the same loom step, so their order is the held lock's.
 //!
 //! * `a_read_after_a_write_is_never_stale` (holding and passing through): one worker; the
 //!   main thread — the executing block — queues key `k`, writes `k`, then reads it through
 //!   the session; in every interleaving it reads the new value. Across the interleavings
 //!   the session served a prefetched value at least once and invalidated one at least once
-//!   (so the check is not vacuous). Exhaustive: 5,546 interleavings each.
+//!   (so the check is not vacuous). Exhaustive: 33,522 interleavings each.
 //! * `cancel_stops_the_worker_between_batches`: two batches queued; another thread cancels;
 //!   after `cancel` returns no further batch starts beyond one already taken, lookups miss,
 //!   and shutting the pool down with the session alive does not deadlock (loom reports a

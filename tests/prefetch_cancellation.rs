@@ -12,6 +12,7 @@
 #[path = "support/prefetch.rs"]
 mod prefetch_support;
 
+use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
@@ -27,15 +28,32 @@ fn keys(prefix: &str, n: usize) -> Vec<Bytes> {
         .collect()
 }
 
-/// Runs `f` on a thread; fails if it does not return within 30 s (a deadlock).
+/// Runs `f` on a thread. A panic in it is the test's failure; if it does not return within
+/// 30 s (a deadlock), the test process ends with a failure — unwinding would only hang on
+/// the lock the deadlock holds. Every test body runs under it, so a deadlock in any pool
+/// drop fails the suite instead of hanging it.
 fn within_deadline(what: &str, f: impl FnOnce() + Send + 'static) {
     let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
+    let handle = std::thread::spawn(move || {
         f();
         let _ = tx.send(());
     });
-    rx.recv_timeout(Duration::from_secs(30))
-        .unwrap_or_else(|_| panic!("{what} did not return: deadlock"));
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(()) => handle.join().expect("returned"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            if let Err(panic) = handle.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            // Written past the test harness's output capture, which `exit` would discard.
+            let _ = writeln!(
+                std::io::stderr(),
+                "FAILED: {what} did not return within 30 s: deadlock"
+            );
+            std::process::exit(101);
+        }
+    }
 }
 
 /// Opens the gate once `session` sees the pool shut down.
@@ -54,122 +72,133 @@ fn opener_after_shutdown(
 
 #[test]
 fn cancel_stops_the_worker_between_batches() {
-    let pool = PrefetchPool::new(1).unwrap();
-    let source = Arc::new(TestSource::new(8, true));
-    let session = pool.session(source.clone());
-    // Five batches queued; the worker holds the first at the gate.
-    assert!(session.submit(keys("a", 5 * PREFETCH_BATCH_KEYS)));
-    source.wait_entered(1);
-    session.cancel();
-    assert!(!session.is_prefetching());
-    assert!(!session.submit(keys("b", 1)), "a cancelled session refuses");
-    source.open();
-    // A second session's key, behind the cancelled one on the one worker: once it is
-    // read, the worker has passed the cancelled session.
-    let other = pool.session(source.clone());
-    assert!(other.submit(keys("c", 1)));
-    wait_settled(&other);
-    assert_eq!(
-        source.entered.load(Ordering::SeqCst),
-        2,
-        "one batch of the cancelled session (the one held), then the other session's"
-    );
-    let s = session.stats();
-    assert_eq!(
-        s.fetched, 0,
-        "the batch read across the cancel is discarded"
-    );
-    assert_eq!(s.retained_bytes, 0);
-    assert_eq!(
-        session.lookup(b"a000000"),
-        None,
-        "lookups miss after cancel"
-    );
-    assert_eq!(pool.active_sessions(), 1, "cancel released the slot");
+    within_deadline("cancel_stops_the_worker_between_batches", || {
+        let pool = PrefetchPool::new(1).unwrap();
+        let source = Arc::new(TestSource::new(8, true));
+        let session = pool.session(source.clone());
+        // Five batches queued; the worker holds the first at the gate.
+        assert!(session.submit(keys("a", 5 * PREFETCH_BATCH_KEYS)));
+        source.wait_entered(1);
+        session.cancel();
+        assert!(!session.is_prefetching());
+        assert!(!session.submit(keys("b", 1)), "a cancelled session refuses");
+        source.open();
+        // A second session's key, behind the cancelled one on the one worker: once it is
+        // read, the worker has passed the cancelled session.
+        let other = pool.session(source.clone());
+        assert!(other.submit(keys("c", 1)));
+        wait_settled(&other);
+        assert_eq!(
+            source.entered.load(Ordering::SeqCst),
+            2,
+            "one batch of the cancelled session (the one held), then the other session's"
+        );
+        let s = session.stats();
+        assert_eq!(
+            s.fetched, 0,
+            "the batch read across the cancel is discarded"
+        );
+        assert_eq!(s.retained_bytes, 0);
+        assert_eq!(
+            session.lookup(b"a000000"),
+            None,
+            "lookups miss after cancel"
+        );
+        assert_eq!(pool.active_sessions(), 1, "cancel released the slot");
+    });
 }
 
 #[test]
 fn clear_discards_a_batch_in_flight() {
-    let pool = PrefetchPool::new(1).unwrap();
-    let source = Arc::new(TestSource::new(8, true));
-    let session = pool.session(source.clone());
-    assert!(session.submit(keys("a", 2 * PREFETCH_BATCH_KEYS)));
-    source.wait_entered(1);
-    session.clear();
-    source.open();
-    assert!(session.submit(keys("b", 1)));
-    // Settled once the new key is retained (the cleared keys never will be).
-    let start = std::time::Instant::now();
-    while session.stats().fetched < 1 {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "b000000 was not read"
+    within_deadline("clear_discards_a_batch_in_flight", || {
+        let pool = PrefetchPool::new(1).unwrap();
+        let source = Arc::new(TestSource::new(8, true));
+        let session = pool.session(source.clone());
+        assert!(session.submit(keys("a", 2 * PREFETCH_BATCH_KEYS)));
+        source.wait_entered(1);
+        session.clear();
+        source.open();
+        assert!(session.submit(keys("b", 1)));
+        // Settled once the new key is retained (the cleared keys never will be).
+        let start = std::time::Instant::now();
+        while session.stats().fetched < 1 {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "b000000 was not read"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            source.entered.load(Ordering::SeqCst),
+            2,
+            "the queued batch was dropped"
         );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    assert_eq!(
-        source.entered.load(Ordering::SeqCst),
-        2,
-        "the queued batch was dropped"
-    );
-    assert_eq!(
-        session.lookup(b"a000000"),
-        None,
-        "the batch in flight was discarded"
-    );
-    assert!(session.lookup(b"b000000").is_some());
-    assert_eq!(session.stats().fetched, 1);
+        assert_eq!(
+            session.lookup(b"a000000"),
+            None,
+            "the batch in flight was discarded"
+        );
+        assert!(session.lookup(b"b000000").is_some());
+        assert_eq!(session.stats().fetched, 1);
+    });
 }
 
 #[test]
 fn shutdown_with_live_sessions_and_workers_mid_read_does_not_deadlock() {
-    let pool = PrefetchPool::new(2).unwrap();
-    let source = Arc::new(TestSource::new(8, true));
-    let a = Arc::new(pool.session(source.clone()));
-    let b = Arc::new(pool.session(source.clone()));
-    assert!(a.submit(keys("a", 3 * PREFETCH_BATCH_KEYS)));
-    assert!(b.submit(keys("b", 3 * PREFETCH_BATCH_KEYS)));
-    // Both workers at the gate, mid-batch.
-    source.wait_entered(2);
-    // The gate opens once shutdown has begun (the session sees it), so the workers return
-    // from their reads into a shutting-down pool — not a guess at timing.
-    let opener = opener_after_shutdown(&source, &a);
-    let p = pool.clone();
-    within_deadline("shutdown", move || p.shutdown());
-    opener.join().unwrap();
-    assert_eq!(
-        source.entered.load(Ordering::SeqCst),
-        2,
-        "no batch started after shutdown"
+    within_deadline(
+        "shutdown_with_live_sessions_and_workers_mid_read_does_not_deadlock",
+        || {
+            let pool = PrefetchPool::new(2).unwrap();
+            let source = Arc::new(TestSource::new(8, true));
+            let a = Arc::new(pool.session(source.clone()));
+            let b = Arc::new(pool.session(source.clone()));
+            assert!(a.submit(keys("a", 3 * PREFETCH_BATCH_KEYS)));
+            assert!(b.submit(keys("b", 3 * PREFETCH_BATCH_KEYS)));
+            // Both workers at the gate, mid-batch.
+            source.wait_entered(2);
+            // The gate opens once shutdown has begun (the session sees it), so the workers return
+            // from their reads into a shutting-down pool — not a guess at timing.
+            let opener = opener_after_shutdown(&source, &a);
+            let p = pool.clone();
+            within_deadline("shutdown", move || p.shutdown());
+            opener.join().unwrap();
+            assert_eq!(
+                source.entered.load(Ordering::SeqCst),
+                2,
+                "no batch started after shutdown"
+            );
+            pool.shutdown(); // idempotent
+            assert!(!a.is_prefetching() && !b.is_prefetching());
+            assert!(!a.submit(keys("c", 1)), "refused after shutdown");
+            assert!(!pool.session(source.clone()).is_prefetching());
+            // Still usable: lookups answer (misses here), drop is fine.
+            assert_eq!(a.lookup(b"c000000"), None);
+            within_deadline("dropping the sessions", move || drop((a, b)));
+        },
     );
-    pool.shutdown(); // idempotent
-    assert!(!a.is_prefetching() && !b.is_prefetching());
-    assert!(!a.submit(keys("c", 1)), "refused after shutdown");
-    assert!(!pool.session(source.clone()).is_prefetching());
-    // Still usable: lookups answer (misses here), drop is fine.
-    assert_eq!(a.lookup(b"c000000"), None);
-    within_deadline("dropping the sessions", move || drop((a, b)));
 }
 
 #[test]
 fn dropping_the_last_pool_handle_shuts_it_down() {
-    let pool = PrefetchPool::new(2).unwrap();
-    let source = Arc::new(TestSource::new(8, true));
-    let session = Arc::new(pool.session(source.clone()));
-    assert!(session.submit(keys("a", 3 * PREFETCH_BATCH_KEYS)));
-    // Both workers at the gate, each with one batch.
-    source.wait_entered(2);
-    let clone = pool.clone();
-    drop(pool);
-    assert!(session.is_prefetching(), "a clone keeps the pool running");
-    let opener = opener_after_shutdown(&source, &session);
-    within_deadline("dropping the last handle", move || drop(clone));
-    opener.join().unwrap();
-    assert_eq!(
-        source.entered.load(Ordering::SeqCst),
-        2,
-        "no batch after shutdown"
-    );
-    assert!(!session.is_prefetching());
-    assert!(!session.submit(keys("b", 1)));
+    within_deadline("dropping_the_last_pool_handle_shuts_it_down", || {
+        let pool = PrefetchPool::new(2).unwrap();
+        let source = Arc::new(TestSource::new(8, true));
+        let session = Arc::new(pool.session(source.clone()));
+        assert!(session.submit(keys("a", 3 * PREFETCH_BATCH_KEYS)));
+        // Both workers at the gate, each with one batch.
+        source.wait_entered(2);
+        let clone = pool.clone();
+        drop(pool);
+        assert!(session.is_prefetching(), "a clone keeps the pool running");
+        let opener = opener_after_shutdown(&source, &session);
+        within_deadline("dropping the last handle", move || drop(clone));
+        opener.join().unwrap();
+        assert_eq!(
+            source.entered.load(Ordering::SeqCst),
+            2,
+            "no batch after shutdown"
+        );
+        assert!(!session.is_prefetching());
+        assert!(!session.submit(keys("b", 1)));
+    });
 }
