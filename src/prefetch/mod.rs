@@ -71,6 +71,13 @@ pub const PREFETCH_ENTRY_OVERHEAD_BYTES: usize = 64;
 
 const _: () = assert!(PREFETCH_SESSIONS_MAX * PREFETCH_SESSION_BYTES_MAX <= 64 * 1024 * 1024);
 const _: () = assert!(PREFETCH_BATCH_KEYS > 0 && PREFETCH_WORKERS_DEFAULT > 0);
+// A session is shared by the executing thread and the one that cancels it; the pool by the
+// node and its apps.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<PrefetchSession>();
+    shared::<PrefetchPool>();
+};
 
 /// What a session reads from: sees held writes (a [`crate::HoldingDb`]), and says which keys
 /// were written since a generation.
@@ -559,6 +566,36 @@ mod tests {
             assert!(start.elapsed().as_secs() < 30, "prefetch did not finish");
             std::thread::yield_now();
         }
+    }
+
+    /// A source whose every read fails.
+    struct Failing;
+
+    impl PrefetchSource for Failing {
+        fn get_many(&self, _keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
+            Err(Error::InvalidInput("read failed".into()))
+        }
+        fn generation(&self) -> u64 {
+            0
+        }
+        fn written_since(&self, _key: &[u8], _since: u64) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn a_failed_read_retains_nothing_and_is_counted() {
+        let pool = PrefetchPool::new(1).unwrap();
+        let s = pool.session(Arc::new(Failing));
+        assert!(s.submit(vec![Bytes::from_static(b"a")]));
+        let start = std::time::Instant::now();
+        while s.stats().read_errors < 1 {
+            assert!(start.elapsed().as_secs() < 30, "the read did not fail");
+            std::thread::yield_now();
+        }
+        assert_eq!(s.lookup(b"a"), None, "execution reads it itself");
+        let st = s.stats();
+        assert_eq!((st.fetched, st.retained_bytes, st.misses), (0, 0, 1));
     }
 
     #[test]
