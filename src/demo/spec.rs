@@ -227,8 +227,15 @@ impl ChainSpec {
     /// Block `state.last_block_height + 1`, its part set and its seen commit, built on
     /// `state` (the state after the previous block).
     pub fn next_block(&self, state: &State) -> (Block, PartSet, Commit) {
+        self.next_block_with(state, self.txs(state.last_block_height + 1))
+    }
+
+    /// [`ChainSpec::next_block`] with its transactions given: those of a
+    /// [`ChainSpec::preview`] of the same height, so a loop that prefetches does not build
+    /// every block's transactions twice.
+    pub fn next_block_with(&self, state: &State, txs: Vec<Bytes>) -> (Block, PartSet, Commit) {
         let h = state.last_block_height + 1;
-        let txs = self.txs(h);
+        debug_assert_eq!(txs, self.txs(h), "invariant: the transactions of block {h}");
         let header = Header {
             height: h,
             time_ms: 1_700_000_000_000 + h * 1_000,

@@ -343,11 +343,17 @@ fn warm_run(dir: &Path, prefetch: bool, blocks: u64) -> Result<f64, String> {
     let t = Instant::now();
     node.start_block_sync(FlushPolicy::default(), Instant::now())
         .map_err(e)?;
+    // The next block's transactions, built once: for its preview (prefetch) and the block.
+    let mut upcoming: Option<Vec<Bytes>> = None;
     while node.height() < blocks {
-        let (b, p, s) = spec.next_block(node.state());
+        let (b, p, s) = match upcoming.take() {
+            Some(txs) => spec.next_block_with(node.state(), txs),
+            None => spec.next_block(node.state()),
+        };
         if prefetch && b.header.height < blocks {
-            node.prefetch_next(&spec.preview(b.header.height + 1))
-                .map_err(e)?;
+            let next = spec.preview(b.header.height + 1);
+            node.prefetch_next(&next).map_err(e)?;
+            upcoming = Some(next.txs);
         }
         let now = Instant::now();
         node.sync_block(&b, &p, &s, now).map_err(e)?;

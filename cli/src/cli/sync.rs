@@ -535,12 +535,19 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
         }
         node.start_block_sync(policy, Instant::now()).map_err(err)?;
     }
+    // With prefetch, the next block's transactions are built once: for its preview and the
+    // block itself.
+    let mut upcoming: Option<Vec<bytes::Bytes>> = None;
     while node.height() < target_sync {
-        let (b, parts, c) = spec.next_block(node.state());
+        let (b, parts, c) = match upcoming.take() {
+            Some(txs) => spec.next_block_with(node.state(), txs),
+            None => spec.next_block(node.state()),
+        };
         if pool.is_some() && b.height() < target {
             // Block N+1's reads start while block N executes.
-            node.prefetch_next(&spec.preview(b.height() + 1))
-                .map_err(err)?;
+            let next = spec.preview(b.height() + 1);
+            node.prefetch_next(&next).map_err(err)?;
+            upcoming = Some(next.txs);
         }
         if per_block.is_some() {
             node.commit_block(&b, &parts, &c).map_err(err)?;
@@ -571,10 +578,14 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
 
     // Part 2: consensus, up to N + M.
     while node.height() < target {
-        let (b, parts, c) = spec.next_block(node.state());
+        let (b, parts, c) = match upcoming.take() {
+            Some(txs) => spec.next_block_with(node.state(), txs),
+            None => spec.next_block(node.state()),
+        };
         if pool.is_some() && b.height() < target {
-            node.prefetch_next(&spec.preview(b.height() + 1))
-                .map_err(err)?;
+            let next = spec.preview(b.height() + 1);
+            node.prefetch_next(&next).map_err(err)?;
+            upcoming = Some(next.txs);
         }
         node.commit_block(&b, &parts, &c).map_err(err)?;
         if let Some(p) = &probe {
