@@ -287,11 +287,11 @@ pub struct KvApp<D: Db> {
 /// takes 100 µs or more (`compare prefetch`: 256 cold reads in 31–44 ms); 30 µs sits
 /// between with a wide margin. Below it, prefetch would only move reads onto other threads
 /// that compete with the block loop and the flush thread for the same cores.
-const PREFETCH_COLD_READ_NANOS: u64 = 30_000;
+pub const PREFETCH_COLD_READ_NANOS: u64 = 30_000;
 /// While prefetch pays, one block in this many is executed without it, to keep measuring
 /// what a read costs without it (so a state that became warm turns prefetch off). Why 16:
 /// a probe block costs its cold reads once; one in 16 keeps that under ~6 % of blocks.
-const PREFETCH_PROBE_EVERY_BLOCKS: u64 = 16;
+pub const PREFETCH_PROBE_EVERY_BLOCKS: u64 = 16;
 
 /// The demo app's prefetch: its sessions and the measurement that decides whether to use
 /// them.

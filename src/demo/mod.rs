@@ -14,7 +14,9 @@ mod spec;
 mod types;
 
 pub use chain::{DemoChain, DemoHistory, Genesis};
-pub use kv::{KvApp, Tx, UNDO_RETENTION_BLOCKS};
+pub use kv::{
+    KvApp, PREFETCH_COLD_READ_NANOS, PREFETCH_PROBE_EVERY_BLOCKS, Tx, UNDO_RETENTION_BLOCKS,
+};
 pub use spec::{ChainSpec, Profile, account_key};
 pub use types::{
     Block, BlockResults, Commit, ConsensusParams, Header, State, TxResult, TypedHistoryEntry,
