@@ -72,6 +72,7 @@ fn spec() -> ChainSpec {
         params_change_every: 0,
         // Every block empty: one event per block, and the oracle stays cheap.
         empty_every: 1,
+        account_keys: 1 << 20,
     }
 }
 
