@@ -10,16 +10,19 @@ mod common;
 #[path = "../examples/ledger_node/ledger.rs"]
 mod ledger;
 
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 
 use flushpoint::codec::keys;
 use flushpoint::demo::{Block, BlockResults, DemoChain, KvApp, State};
 use flushpoint::{
-    BlockStore, Chain, Db, Error, HistoryEntry, HistorySlot, HoldingDb, MemoryDb, NoEvents, Node,
-    Result, StateStore, StateStoreBase, StoredHistory, encode,
+    BlockStore, Chain, Db, Error, HistoryEntry, HistorySlot, HoldingDb, Home, MemoryDb, NoEvents,
+    Node, RedbOptions, Result, SimFs, StateStore, StateStoreBase, StoredHistory, encode,
 };
+use ledger::{Ledger, LedgerApp, LedgerBlock};
 
 /// The demo chain's history slots (ADR 0009: validators in slot 0, params in slot 1).
 fn validators_slot() -> HistorySlot {
@@ -289,7 +292,7 @@ fn a_pruned_history_load_names_the_default_slot() {
         encode(&k, &StateStoreBase { base: 10 }),
     );
     db.write(&batch, flushpoint::Durability::Synced).unwrap();
-    let st = StateStore::<ledger::Ledger>::open(db);
+    let st = StateStore::<Ledger>::open(db);
     for slot in HistorySlot::all() {
         match st.load_history(slot, 9) {
             Err(Error::Pruned {
@@ -343,4 +346,132 @@ fn a_history_pointer_into_the_future_is_corrupt() {
             Some((9, Bytes::from_static(b"from 9")))
         );
     }
+}
+
+const LEDGER_HOME: &str = "/ledger-home";
+
+fn ledger_app(home: &Home) -> LedgerApp {
+    LedgerApp::open(Arc::new(HoldingDb::new(home.app_db.clone() as Arc<dyn Db>)))
+        .expect("open the ledger app")
+}
+
+/// A ledger home on a new `SimFs`: `blocks` blocks committed in consensus, then (when
+/// `block_ahead`) block `blocks + 1` saved to the block store alone — what a crash between
+/// a consensus block's block-store write and its execution leaves.
+fn ledger_home(chain: &Ledger, blocks: u64, block_ahead: bool) -> SimFs {
+    let fs = SimFs::new();
+    let opts = RedbOptions::default();
+    let home = Home::open_on(Arc::new(fs.clone()), Path::new(LEDGER_HOME), &opts).unwrap();
+    let (mut node, _) = Node::open(
+        home.block_store_db.clone(),
+        home.state_db.clone(),
+        Box::new(ledger_app(&home)),
+        chain.clone(),
+        Box::new(NoEvents),
+    )
+    .unwrap();
+    while node.height() < blocks {
+        let (b, p, c) = chain.next_block(node.state());
+        node.commit_block(&b, &p, &c).unwrap();
+    }
+    let state = node.state().clone();
+    node.stop(Instant::now()).unwrap();
+    if block_ahead {
+        let bs =
+            BlockStore::<LedgerBlock>::open(home.block_store_db.clone() as Arc<dyn Db>).unwrap();
+        let (b, p, c) = chain.next_block(&state);
+        bs.save_block(&b, &p, &c).unwrap();
+    }
+    drop(home);
+    fs
+}
+
+fn ledger_rollback(fs: &SimFs, chain: &Ledger, to: u64) -> Result<flushpoint::RollbackReport> {
+    let home = Home::open_for_rollback_on(
+        Arc::new(fs.clone()),
+        Path::new(LEDGER_HOME),
+        &RedbOptions::default(),
+    )?;
+    let mut app = ledger_app(&home);
+    flushpoint::rollback(&home, &mut app, chain, to)
+}
+
+/// Mutant: `rollback`'s `to < s` (rebuild the state only when it is above the target) →
+/// `to <= s`. A chain that cannot rebuild a past state (the ledger keeps
+/// `Chain::rebuild_state`'s default) can still roll back a block store that is ahead of its
+/// state to the state's height: no state is rebuilt. The mutant asks the chain to rebuild
+/// the state at its own height and is refused.
+#[test]
+fn a_chain_that_cannot_rebuild_rolls_a_block_store_back_to_its_state() {
+    let chain = Ledger { seed: 21 };
+    let fs = ledger_home(&chain, 6, true);
+    let r = ledger_rollback(&fs, &chain, 6).expect("roll the block store back to the state");
+    assert_eq!(
+        (r.blocks_removed, r.state_rolled_back, r.app_rolled_back),
+        (1, false, false),
+        "{r:?}"
+    );
+    assert_eq!(
+        (
+            r.before.block_store_height,
+            r.before.state_height,
+            r.before.app_height
+        ),
+        (7, 6, 6)
+    );
+    // The home opens at 6 and syncs on.
+    let home = Home::open_on(
+        Arc::new(fs.clone()),
+        Path::new(LEDGER_HOME),
+        &RedbOptions::default(),
+    )
+    .unwrap();
+    let (node, report) = Node::open(
+        home.block_store_db.clone(),
+        home.state_db.clone(),
+        Box::new(ledger_app(&home)),
+        chain.clone(),
+        Box::new(NoEvents),
+    )
+    .unwrap();
+    assert_eq!((node.height(), report.height), (6, 6));
+    drop((node, home));
+
+    // The control: the ledger refuses to rebuild any state, its current one included, so the
+    // rollback above succeeds only if it asks for none.
+    let current = node_state_of(&fs, &chain);
+    assert_eq!(current.height, 6);
+    match chain.rebuild_state(&current, 6, &Nothing) {
+        Ok(Err(m)) => assert!(m.contains("cannot rebuild"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Loads that find nothing.
+struct Nothing;
+
+impl StoredHistory<Ledger> for Nothing {
+    fn block(&self, _: u64) -> Result<Option<LedgerBlock>> {
+        Ok(None)
+    }
+    fn results(&self, _: u64) -> Result<Option<ledger::LedgerResults>> {
+        Ok(None)
+    }
+    fn history(&self, _: HistorySlot, _: u64) -> Result<Option<(u64, Bytes)>> {
+        Ok(None)
+    }
+}
+
+/// The ledger state saved in the home on `fs`.
+fn node_state_of(fs: &SimFs, _: &Ledger) -> ledger::LedgerState {
+    let home = Home::open_on(
+        Arc::new(fs.clone()),
+        Path::new(LEDGER_HOME),
+        &RedbOptions::default(),
+    )
+    .unwrap();
+    StateStore::<Ledger>::open(home.state_db.clone() as Arc<dyn Db>)
+        .load_state()
+        .unwrap()
+        .expect("a saved state")
 }
