@@ -20,7 +20,8 @@ use flushpoint::codec::keys;
 use flushpoint::demo::{Block, BlockResults, DemoChain, KvApp, State};
 use flushpoint::{
     BlockStore, Chain, Db, Error, HistoryEntry, HistorySlot, HoldingDb, Home, MemoryDb, NoEvents,
-    Node, RedbOptions, Result, SimFs, StateStore, StateStoreBase, StoredHistory, encode,
+    Node, PartRecord, PartSet, RedbOptions, Result, SimFs, StateStore, StateStoreBase,
+    StoredHistory, encode,
 };
 use ledger::{Ledger, LedgerApp, LedgerBlock};
 
@@ -474,4 +475,55 @@ fn node_state_of(fs: &SimFs, _: &Ledger) -> ledger::LedgerState {
         .load_state()
         .unwrap()
         .expect("a saved state")
+}
+
+/// Mutant: the demo chain's `ChainBlock::check_body` → `Ok(())`. The block hash covers the
+/// header only: a stored block whose transactions were rewritten (same lengths, so the same
+/// part count and size, and parts framed with valid checksums) still hashes to its meta's
+/// hash, and only the header's data hash tells. The load must report corruption. The
+/// control: the same rewrite with the transactions unchanged loads the block.
+#[test]
+fn a_stored_block_with_rewritten_transactions_is_corrupt() {
+    for rewrite in [false, true] {
+        let (node, _) = demo_node(1, 6);
+        let h = (1..=6)
+            .find(|&h| {
+                let b = node.block_store().load_block(h).unwrap().unwrap();
+                !b.txs.is_empty()
+            })
+            .expect("a block with transactions");
+        let bs = node.block_store();
+        let mut block = bs.load_block(h).unwrap().unwrap();
+        let parts_before = bs.load_block_meta(h).unwrap().unwrap().part_count;
+        if rewrite {
+            let tx = block.txs[0].to_vec();
+            block.txs[0] = Bytes::from(tx.iter().map(|b| b ^ 0x5a).collect::<Vec<u8>>());
+        }
+        let parts = PartSet::from_block(&block);
+        assert_eq!(
+            parts.total(),
+            parts_before,
+            "the rewrite keeps the part count"
+        );
+        let mut batch = flushpoint::Batch::new();
+        for i in 0..parts.total() {
+            let k = keys::part_key(h, i);
+            batch.put(
+                Bytes::copy_from_slice(&k),
+                encode(&k, &PartRecord(parts.part(i).unwrap().clone())),
+            );
+        }
+        bs.db()
+            .write(&batch, flushpoint::Durability::Synced)
+            .unwrap();
+        let reopened = BlockStore::<Block>::open(bs.db().clone()).unwrap();
+        match (rewrite, reopened.load_block(h)) {
+            (false, Ok(Some(b))) => assert_eq!(b, block),
+            (true, Err(Error::Corrupt { height, .. })) => assert_eq!(height, Some(h)),
+            (_, other) => panic!(
+                "rewrite {rewrite}: {:?}",
+                other.map(|b| b.map(|b| format!("loaded block {}", b.height())))
+            ),
+        }
+    }
 }
