@@ -19,9 +19,9 @@ use bytes::Bytes;
 use flushpoint::codec::keys;
 use flushpoint::demo::{Block, BlockResults, DemoChain, KvApp, State};
 use flushpoint::{
-    BlockStore, Chain, Db, Error, HistoryEntry, HistorySlot, HoldingDb, Home, MemoryDb, NoEvents,
-    Node, PartRecord, PartSet, RedbOptions, Result, SimFs, StateStore, StateStoreBase,
-    StoredHistory, encode,
+    BlockStore, Chain, Db, DirFate, Error, FileFate, HistoryEntry, HistorySlot, HoldingDb, Home,
+    MemoryDb, NoEvents, Node, PartRecord, PartSet, ROLLBACK_INTENT_FILE, RedbOptions, Result,
+    SimFs, SimOp, StateStore, StateStoreBase, StoredHistory, encode,
 };
 use ledger::{Ledger, LedgerApp, LedgerBlock};
 
@@ -526,4 +526,111 @@ fn a_stored_block_with_rewritten_transactions_is_corrupt() {
             ),
         }
     }
+}
+
+const DEMO_HOME: &str = "/demo-home";
+
+fn demo_app(home: &Home) -> KvApp<Arc<dyn Db>> {
+    KvApp::open(Arc::new(HoldingDb::new(home.app_db.clone() as Arc<dyn Db>))).expect("open the app")
+}
+
+/// A demo home on a new `SimFs`, `blocks` blocks committed in consensus, stopped cleanly.
+fn demo_home(blocks: u64) -> SimFs {
+    let fs = SimFs::new();
+    let home = Home::open_on(
+        Arc::new(fs.clone()),
+        Path::new(DEMO_HOME),
+        &RedbOptions::default(),
+    )
+    .unwrap();
+    let spec = common::spec(1);
+    let (mut node, _) = Node::open(
+        home.block_store_db.clone(),
+        home.state_db.clone(),
+        Box::new(demo_app(&home)),
+        spec.chain(),
+        Box::new(NoEvents),
+    )
+    .unwrap();
+    while node.height() < blocks {
+        let (b, p, c) = spec.next_block(node.state());
+        node.commit_block(&b, &p, &c).unwrap();
+    }
+    node.stop(Instant::now()).unwrap();
+    fs
+}
+
+fn demo_rollback(fs: &SimFs, to: u64) -> Result<flushpoint::RollbackReport> {
+    let home = Home::open_for_rollback_on(
+        Arc::new(fs.clone()),
+        Path::new(DEMO_HOME),
+        &RedbOptions::default(),
+    )?;
+    let mut app = demo_app(&home);
+    flushpoint::rollback(&home, &mut app, &common::spec(1).chain(), to)
+}
+
+fn saved_state_of(fs: &SimFs) -> State {
+    let home = Home::open_on(
+        Arc::new(fs.clone()),
+        Path::new(DEMO_HOME),
+        &RedbOptions::default(),
+    )
+    .unwrap();
+    StateStore::<DemoChain>::open(home.state_db.clone() as Arc<dyn Db>)
+        .load_state()
+        .unwrap()
+        .expect("a saved state")
+}
+
+/// Mutants: `StateStore::load_state_bytes` → `Ok(None)` / `Ok(Some(empty))`. Finishing a
+/// rollback whose state step is already durable (a crash at the intent's removal) must see
+/// the lowered state and not write it again: the rerun reports `state_rolled_back: false`
+/// ("this call lowered the state"). The control: the uncut rollback lowers it and says so,
+/// and both end at the same state.
+#[test]
+fn a_rerun_after_the_state_step_does_not_lower_the_state_again() {
+    let (top, to) = (8, 5);
+    let start = demo_home(top);
+    // The uncut run, and the position of its last operation: the intent's removal.
+    let probe = start.crash_image(DirFate::KeepAll, FileFate::KeepAll);
+    let uncut = demo_rollback(&probe, to).expect("the uncut rollback");
+    assert_eq!(
+        (
+            uncut.blocks_removed,
+            uncut.state_rolled_back,
+            uncut.finished_interrupted
+        ),
+        (top - to, true, false),
+        "{uncut:?}"
+    );
+    let log = probe.stats().log;
+    let unlink = log
+        .iter()
+        .rposition(|(op, path)| *op == SimOp::Unlink && path.ends_with(ROLLBACK_INTENT_FILE))
+        .expect("the intent is removed") as u64
+        + 1;
+    let cut = start.crash_image(DirFate::KeepAll, FileFate::KeepAll);
+    cut.set_cut_at(Some(unlink));
+    assert!(demo_rollback(&cut, to).is_err() && cut.is_dead());
+    // The cut unlink never reached the disk (a cut op may or may not have: here not).
+    let img = cut.crash_image(DirFate::DropAll, FileFate::DropAll);
+    assert!(
+        img.list(Path::new(DEMO_HOME))
+            .contains(&ROLLBACK_INTENT_FILE.to_string()),
+        "the intent survives the cut"
+    );
+    let rerun = demo_rollback(&img, to).expect("the rerun finishes the rollback");
+    assert_eq!(
+        (
+            rerun.blocks_removed,
+            rerun.state_rolled_back,
+            rerun.finished_interrupted
+        ),
+        (0, false, true),
+        "{rerun:?}"
+    );
+    let state = saved_state_of(&img);
+    assert_eq!(state.last_block_height, to);
+    assert_eq!(state, saved_state_of(&probe));
 }
