@@ -11,7 +11,10 @@
 #       its exclude_re list)
 #   scripts/mutants.sh --shard 1/4     # extra args go to cargo mutants
 #   MUTANTS_TESTS="holding_model node_smoke" scripts/mutants.sh   # choose test targets
-#   MUTANTS_JOBS=2 scripts/mutants.sh  # parallel build dirs (default 1; 2 CPUs here)
+#   MUTANTS_JOBS=2 scripts/mutants.sh  # parallel build dirs (default 1; 2 CPUs here), and
+#       as many rustc jobs in all (cargo-mutants' own jobserver; CARGO_BUILD_JOBS is ignored)
+#   MUTANTS_FILES=... scripts/mutants.sh --timeout 120 --baseline skip   # a fixed timeout:
+#       the subset's --timeout-multiplier is dropped when --timeout is given
 #
 # Results: mutants.out/{caught,missed,unviable,timeout}.txt and outcomes.json.
 # Exit code 2 means some mutants were missed (cargo-mutants' convention).
@@ -42,7 +45,11 @@ echo "test targets: ${test_args[*]}" >&2
 
 scope=()
 if [[ -n "${MUTANTS_FILES:-}" ]]; then
-    scope=(--no-config --minimum-test-timeout 60 --timeout-multiplier 3)
+    scope=(--no-config --minimum-test-timeout 60)
+    # cargo-mutants refuses --timeout with --timeout-multiplier: keep the caller's.
+    if [[ " $* " != *" --timeout "* && " $* " != *" --timeout="* ]]; then
+        scope+=(--timeout-multiplier 3)
+    fi
     for f in $MUTANTS_FILES; do scope+=(-f "$f"); done
     # --no-config drops the config's exclusions too: repeat them.
     while IFS= read -r re; do
@@ -51,4 +58,9 @@ if [[ -n "${MUTANTS_FILES:-}" ]]; then
 for r in tomllib.load(open(".cargo/mutants.toml", "rb")).get("exclude_re", []): print(r)')
 fi
 
-exec nice -n 19 cargo mutants --jobs "${MUTANTS_JOBS:-1}" "${scope[@]}" "${test_args[@]}" "$@"
+# cargo-mutants runs its own jobserver sized to the CPUs, which overrides CARGO_BUILD_JOBS:
+# allow as many rustc jobs in all as build directories, so `--jobs 1` builds with one job
+# on a shared 2-CPU machine.
+jobs="${MUTANTS_JOBS:-1}"
+exec nice -n 19 cargo mutants --jobs "$jobs" --jobserver-tasks "$jobs" "${scope[@]}" \
+    "${test_args[@]}" "$@"
