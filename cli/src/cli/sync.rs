@@ -384,6 +384,32 @@ fn meter(db: &CountingDb<Arc<dyn Db>>, backend: Arc<BackendCounters>) -> Meter {
     }
 }
 
+/// The node's next block. With `prefetch`, block N+1 (below `target`) goes to the node
+/// first, so its reads start while block N executes; its transactions are kept in
+/// `upcoming` and reused for it, so each block's transactions are built once.
+fn next_block(
+    spec: &ChainSpec,
+    node: &mut Node<flushpoint::demo::DemoChain>,
+    prefetch: bool,
+    target: u64,
+    upcoming: &mut Option<Vec<bytes::Bytes>>,
+) -> flushpoint::Result<(
+    flushpoint::demo::Block,
+    flushpoint::PartSet,
+    flushpoint::demo::Commit,
+)> {
+    let (b, parts, c) = match upcoming.take() {
+        Some(txs) => spec.next_block_with(node.state(), txs),
+        None => spec.next_block(node.state()),
+    };
+    if prefetch && b.header.height < target {
+        let next = spec.preview(b.header.height + 1);
+        node.prefetch_next(&next)?;
+        *upcoming = Some(next.txs);
+    }
+    Ok((b, parts, c))
+}
+
 /// Runs `flushpoint sync`.
 pub fn run(a: &SyncArgs) -> CliResult<()> {
     let home_path = super::resolve_home(a.home.as_deref());
@@ -539,16 +565,8 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     // block itself.
     let mut upcoming: Option<Vec<bytes::Bytes>> = None;
     while node.height() < target_sync {
-        let (b, parts, c) = match upcoming.take() {
-            Some(txs) => spec.next_block_with(node.state(), txs),
-            None => spec.next_block(node.state()),
-        };
-        if pool.is_some() && b.height() < target {
-            // Block N+1's reads start while block N executes.
-            let next = spec.preview(b.height() + 1);
-            node.prefetch_next(&next).map_err(err)?;
-            upcoming = Some(next.txs);
-        }
+        let (b, parts, c) =
+            next_block(&spec, &mut node, pool.is_some(), target, &mut upcoming).map_err(err)?;
         if per_block.is_some() {
             node.commit_block(&b, &parts, &c).map_err(err)?;
         } else {
@@ -578,15 +596,8 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
 
     // Part 2: consensus, up to N + M.
     while node.height() < target {
-        let (b, parts, c) = match upcoming.take() {
-            Some(txs) => spec.next_block_with(node.state(), txs),
-            None => spec.next_block(node.state()),
-        };
-        if pool.is_some() && b.height() < target {
-            let next = spec.preview(b.height() + 1);
-            node.prefetch_next(&next).map_err(err)?;
-            upcoming = Some(next.txs);
-        }
+        let (b, parts, c) =
+            next_block(&spec, &mut node, pool.is_some(), target, &mut upcoming).map_err(err)?;
         node.commit_block(&b, &parts, &c).map_err(err)?;
         if let Some(p) = &probe {
             // After a consensus block's four synced writes: a crash-test kill point.
