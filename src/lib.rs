@@ -87,7 +87,7 @@ pub use chain::{
 pub use db::{
     BackendCounters, BackendCounts, Batch, CountingBackend, CountingDb, Db, DbIter, Direction,
     Durability, Entry, EntryRef, KeyRange, MemoryDb, Op, RedbDb, RedbOptions, SyncCounters,
-    SyncCounts, collect_range, fsync_dir,
+    SyncCounts, UnitGroup, UnitMember, UnitPart, collect_range, fsync_dir,
 };
 pub use error::{
     BoxError, CorruptReason, Error, ErrorKind, Heights, PoisonCause, Result, RollbackRefusal, hex,
@@ -96,7 +96,7 @@ pub use fs::{
     DirFate, FileFate, FileSystem, FsBackend, FsFile, OpenMode, SimFile, SimFs, SimOp, SimStats,
     StdFile, StdFs, create_dir_all_durably,
 };
-pub use holding::{HeldStore, HeldWrite, HoldingDb};
+pub use holding::{FrozenWindow, HeldStore, HeldWrite, HoldingDb};
 pub use home::{HOME_FORMAT_VERSION, Home};
 pub use journal::{
     APPLY_BATCH_DELAY, Applier, CHECKPOINT_BYTES, CHECKPOINT_INTERVAL, INDEX_FILE, JournalCounts,

@@ -270,6 +270,53 @@ pub trait Db: Send + Sync + Debug {
     fn disk_size_bytes(&self) -> Result<u64> {
         Ok(0)
     }
+
+    /// The group this database belongs to, when it can write its batches atomically with
+    /// the group's other members ([`UnitGroup`], ADR 0011), and its member name there.
+    /// `None` (the default): it writes alone. A backend whose databases share one log (the
+    /// journal engine's keyspaces) returns it; a wrapper that only forwards (`Arc`, `Box`)
+    /// forwards it; a wrapper that observes or intercepts writes (counting, fault
+    /// injection) must not, or the group's writes would bypass it.
+    fn unit_group(&self) -> Option<UnitMember> {
+        None
+    }
+}
+
+/// Several databases that write their batches as **one** atomic unit: after a crash every
+/// member's part of a unit is on disk or none is (ADR 0011). The journal engine is one: its
+/// keyspaces share one log, and a unit is one framed record and, `Synced`, one `fdatasync`.
+pub trait UnitGroup: Send + Sync + Debug {
+    /// Writes each `(member, entries)` part — entries as in [`Db::write_entries`], each key
+    /// at most once per part — as one atomic unit with `durability`. Parts with no entries
+    /// are skipped; with no entries at all nothing is written (no sync).
+    ///
+    /// `Ok`: every part is visible through its member, and on disk if `Synced`. `Err`
+    /// (unknown member, I/O): the unit may or may not be on disk; on an I/O error the group
+    /// and every member refuse further calls. An unknown member is refused before anything
+    /// is written.
+    fn write_unit(&self, parts: &mut [UnitPart<'_, '_>], durability: Durability) -> Result<()>;
+}
+
+/// One member's part of a [`UnitGroup::write_unit`]: its name and its entries.
+pub type UnitPart<'n, 'e> = (&'n str, &'n mut dyn Iterator<Item = EntryRef<'e>>);
+
+/// A database's place in a [`UnitGroup`]: the group and the member's name in it.
+#[derive(Debug, Clone)]
+pub struct UnitMember {
+    /// The group.
+    pub group: std::sync::Arc<dyn UnitGroup>,
+    /// The member's name in the group (what [`UnitGroup::write_unit`] takes).
+    pub name: String,
+}
+
+impl UnitMember {
+    /// True when `self` and `other` are members of the same group (the same object).
+    pub fn same_group(&self, other: &UnitMember) -> bool {
+        std::ptr::addr_eq(
+            std::sync::Arc::as_ptr(&self.group),
+            std::sync::Arc::as_ptr(&other.group),
+        )
+    }
 }
 
 /// One entry of [`Db::write_entries`]: a key and `Some(value)` for a put, `None` for a
@@ -305,6 +352,9 @@ impl<T: Db + ?Sized> Db for std::sync::Arc<T> {
     fn disk_size_bytes(&self) -> Result<u64> {
         (**self).disk_size_bytes()
     }
+    fn unit_group(&self) -> Option<UnitMember> {
+        (**self).unit_group()
+    }
 }
 
 impl<T: Db + ?Sized> Db for Box<T> {
@@ -335,6 +385,9 @@ impl<T: Db + ?Sized> Db for Box<T> {
     }
     fn disk_size_bytes(&self) -> Result<u64> {
         (**self).disk_size_bytes()
+    }
+    fn unit_group(&self) -> Option<UnitMember> {
+        (**self).unit_group()
     }
 }
 

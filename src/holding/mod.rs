@@ -27,7 +27,9 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use crate::db::{Batch, Db, DbIter, Direction, Durability, Entry, KeyRange, Op};
+use crate::db::{
+    Batch, Db, DbIter, Direction, Durability, Entry, EntryRef, KeyRange, Op, UnitMember,
+};
 use crate::error::{Error, Result};
 use crate::prefetch::PrefetchSource;
 use crate::store::Poison;
@@ -425,6 +427,45 @@ impl<D: Db> HoldingDb<D> {
         })
     }
 
+    /// The database beneath's place in a unit group ([`Db::unit_group`]), if it has one.
+    pub fn unit_member(&self) -> Option<UnitMember> {
+        self.inner.unit_group()
+    }
+
+    /// The frozen window, shared (no copy), for a caller that writes it in a unit with
+    /// other databases' windows ([`crate::UnitGroup::write_unit`], ADR 0011) instead of
+    /// [`HoldingDb::write_frozen`]. `Ok(None)`: nothing is frozen. The window stays frozen
+    /// (readable) until [`HoldingDb::frozen_written`].
+    pub fn frozen_window(&self) -> Result<Option<FrozenWindow>> {
+        self.poison.check(self.inner.name())?;
+        let Some(window) = self.held.read().expect("held lock").frozen.clone() else {
+            return Ok(None);
+        };
+        let keys = window.sorted_keys();
+        Ok(Some(FrozenWindow { window, keys }))
+    }
+
+    /// Drops the frozen window `window` once the caller's unit holding it is durable
+    /// (readers then fall through to the database beneath, which has it).
+    ///
+    /// `Err(InvalidInput)`, nothing dropped: `window` is not the window frozen now.
+    pub fn frozen_written(&self, window: &FrozenWindow) -> Result<HeldWrite> {
+        let _f = self.flush_lock.lock().expect("flush lock");
+        self.poison.check(self.inner.name())?;
+        let mut h = self.held.write().expect("held lock");
+        match &h.frozen {
+            Some(f) if Arc::ptr_eq(f, &window.window) => {
+                // Crash: the caller's unit returned `Ok`: the window is durable beneath.
+                h.frozen = None;
+                Ok(window.written())
+            }
+            _ => Err(Error::InvalidInput(format!(
+                "{}: frozen_written with a window that is not the frozen one",
+                self.inner.name()
+            ))),
+        }
+    }
+
     /// Reads `keys` as they stood when the open overlay began: the frozen window (if one is
     /// in flight), then the disk — the open overlay's writes are skipped. One snapshot of
     /// the disk for all of them.
@@ -648,6 +689,49 @@ pub trait HeldStore: Send + Sync + std::fmt::Debug {
     fn write_frozen(&self) -> Result<HeldWrite>;
     /// See [`HoldingDb::frozen_bytes`].
     fn frozen_bytes(&self) -> u64;
+    /// See [`HoldingDb::unit_member`]. When it is the group of the node's own databases,
+    /// the node writes this store's frozen window in the flush point's unit (ADR 0011)
+    /// through [`HeldStore::frozen_window`] and [`HeldStore::frozen_written`], instead of
+    /// [`HeldStore::write_frozen`]. The default: `None` (written after the node's unit).
+    fn unit_member(&self) -> Option<UnitMember> {
+        None
+    }
+    /// See [`HoldingDb::frozen_window`]. The default: nothing frozen.
+    fn frozen_window(&self) -> Result<Option<FrozenWindow>> {
+        Ok(None)
+    }
+    /// See [`HoldingDb::frozen_written`]. The default refuses (it hands out no window).
+    fn frozen_written(&self, window: &FrozenWindow) -> Result<HeldWrite> {
+        let _ = window;
+        Err(Error::InvalidInput(format!(
+            "{}: frozen_written on a held store that hands out no frozen window",
+            self.store_name()
+        )))
+    }
+}
+
+/// A frozen window of a [`HoldingDb`], shared with it (no key or value copied), in key
+/// order: what a unit write takes ([`HeldStore::frozen_window`]).
+#[derive(Debug, Clone)]
+pub struct FrozenWindow {
+    window: Arc<Overlay>,
+    keys: Arc<Vec<Bytes>>,
+}
+
+impl FrozenWindow {
+    /// The window's entries in key order: `(key, Some(value))` a put, `(key, None)` a
+    /// delete.
+    pub fn entries(&self) -> impl Iterator<Item = EntryRef<'_>> + '_ {
+        self.keys.iter().map(|k| (k, self.window.map[k].as_ref()))
+    }
+
+    /// Its ops and key and value bytes.
+    pub fn written(&self) -> HeldWrite {
+        HeldWrite {
+            ops: self.keys.len() as u64,
+            bytes: self.window.held_bytes,
+        }
+    }
 }
 
 impl<D: Db> HeldStore for HoldingDb<D> {
@@ -662,6 +746,15 @@ impl<D: Db> HeldStore for HoldingDb<D> {
     }
     fn frozen_bytes(&self) -> u64 {
         HoldingDb::frozen_bytes(self)
+    }
+    fn unit_member(&self) -> Option<UnitMember> {
+        HoldingDb::unit_member(self)
+    }
+    fn frozen_window(&self) -> Result<Option<FrozenWindow>> {
+        HoldingDb::frozen_window(self)
+    }
+    fn frozen_written(&self, window: &FrozenWindow) -> Result<HeldWrite> {
+        HoldingDb::frozen_written(self, window)
     }
 }
 

@@ -24,7 +24,7 @@ use redb::{Database, ReadableDatabase, TableDefinition, TableError};
 use super::unit::{self, Decoded, Header, KEYSPACE_NAME_BYTES_MAX, Sections, UnitOp};
 use crate::db::{
     BackendCounters, BackendCounts, Batch, CountingBackend, Db, DbIter, Direction, Durability,
-    Entry, EntryRef, KeyRange, Op, RedbDb, RedbOptions,
+    Entry, EntryRef, KeyRange, Op, RedbDb, RedbOptions, UnitGroup, UnitMember, UnitPart,
 };
 use crate::error::{CorruptReason, Error, Result};
 use crate::fs::{FileSystem, FsBackend, FsFile, OpenMode, create_dir_all_durably};
@@ -1261,6 +1261,39 @@ impl Db for JournalDb {
     ) -> Result<()> {
         let ops = entries.map(|(k, v)| (k.clone(), v.cloned())).collect();
         self.write_sections(ops, durability)
+    }
+
+    /// Every keyspace of one engine is a member of the same group: the engine's
+    /// [`UnitGroup::write_unit`] writes parts of several keyspaces as one unit.
+    fn unit_group(&self) -> Option<UnitMember> {
+        Some(UnitMember {
+            group: self.handle.clone() as Arc<dyn UnitGroup>,
+            name: self.name.clone(),
+        })
+    }
+}
+
+/// The engine's keyspaces as one [`UnitGroup`]: a unit is one framed record in the journal,
+/// so its parts are all present after a crash or none is (ADR 0008, recovery keeps whole
+/// units only); `Synced` is one `sync_data`.
+impl UnitGroup for Handle {
+    fn write_unit(&self, parts: &mut [UnitPart<'_, '_>], durability: Durability) -> Result<()> {
+        let mut sections = Vec::with_capacity(parts.len());
+        for (name, _) in parts.iter() {
+            check_keyspace_name(name)?;
+        }
+        for (name, entries) in parts.iter_mut() {
+            // The overlay's own `Bytes`: a reference count each, no key or value copied.
+            let ops: Vec<UnitOp> = entries.map(|(k, v)| (k.clone(), v.cloned())).collect();
+            if !ops.is_empty() {
+                sections.push((name.to_string(), ops));
+            }
+        }
+        if sections.is_empty() {
+            return Ok(());
+        }
+        self.shared
+            .commit(ENGINE_NAME, Sections(sections), durability)
     }
 }
 

@@ -4,7 +4,9 @@
 //!
 //! Invariant: only the flush point and the handshake's repair write to more than one
 //! database, and both write in the order block store → state → app, each step starting
-//! after the previous one's sync returned `Ok`.
+//! after the previous one's sync returned `Ok` — or, when the databases are members of one
+//! unit group (ADR 0011), a flush point writes the block store's, the state's and (when its
+//! held store is a member) the app's windows as one unit, and so does a consensus block.
 //! Invariant: an event fires only after its block is durable in all three databases, in
 //! block order, at most once; blocks replayed by the handshake fire none.
 //! Invariant: after any failed write the node is poisoned: every later call fails, and only
@@ -36,9 +38,9 @@ use bytes::Bytes;
 
 use crate::app::{App, AppInfo};
 use crate::chain::{Chain, ChainBlock, ChainState};
-use crate::db::{Batch, Db, Durability};
+use crate::db::{Batch, Db, Durability, EntryRef, UnitGroup, UnitMember, UnitPart};
 use crate::error::{Error, Heights, Result};
-use crate::holding::{HeldStore, HoldingDb};
+use crate::holding::{FrozenWindow, HeldStore, HoldingDb};
 use crate::home::Home;
 use crate::store::{BlockStore, StateStore};
 use crate::types::PartSet;
@@ -127,6 +129,56 @@ pub struct Node<C: Chain> {
     in_flight: Option<InFlight>,
     /// The home the node owns (see [`Node::open_home`]), dropped after the databases above.
     home: Option<Home>,
+    /// Set when the block store's and the state's databases are members of one unit group
+    /// (ADR 0011): flush points and consensus blocks are written as units.
+    unit: Option<NodeUnit>,
+}
+
+/// The stores of one unit: `(member name, store)`, in the node's order.
+type UnitStores<'a> = Vec<(&'a str, &'a dyn HeldStore)>;
+
+/// The node's unit group (ADR 0011).
+struct NodeUnit {
+    /// The block store's database's membership (the group and its member name).
+    block_store: UnitMember,
+    /// The state database's member name.
+    state: String,
+    /// Consensus blocks are written as one unit each: `None` until the first consensus
+    /// block (or the switch to consensus) decides it; `Some(true)` once the app holds and
+    /// its held store is a member of the group (every database then holds in consensus too,
+    /// one block at a time).
+    consensus: Option<bool>,
+}
+
+/// Writes the frozen windows of `stores` (each `(member name, store)`) as one unit of
+/// `group`, then drops them from the stores. Returns the key and value bytes written.
+fn write_unit(group: &dyn UnitGroup, stores: &[(&str, &dyn HeldStore)]) -> Result<u64> {
+    let windows: Vec<Option<FrozenWindow>> = stores
+        .iter()
+        .map(|(_, s)| s.frozen_window())
+        .collect::<Result<_>>()?;
+    let mut entries: Vec<(&str, Box<dyn Iterator<Item = EntryRef<'_>> + '_>)> = stores
+        .iter()
+        .zip(&windows)
+        .filter_map(|((name, _), w)| w.as_ref().map(|w| (*name, Box::new(w.entries()) as _)))
+        .collect();
+    let mut parts: Vec<UnitPart<'_, '_>> = entries
+        .iter_mut()
+        .map(|(name, it)| (*name, &mut **it as &mut dyn Iterator<Item = EntryRef<'_>>))
+        .collect();
+    // Crash: one unit. A cut before it is durable leaves none of the windows on disk, after
+    // it every one (recovery keeps whole units only): never the state without its blocks,
+    // never the app without the state.
+    group.write_unit(&mut parts, Durability::Synced)?;
+    drop(parts);
+    drop(entries);
+    let mut bytes = 0;
+    for ((_, store), window) in stores.iter().zip(&windows) {
+        if let Some(w) = window {
+            bytes += store.frozen_written(w)?.bytes;
+        }
+    }
+    Ok(bytes)
 }
 
 /// A window frozen at a background flush point, being written by the flush thread.
@@ -289,6 +341,14 @@ impl<C: Chain> Node<C> {
             "handshake classified the home"
         );
         let flushed = state.height();
+        let unit = match (block_db.unit_member(), state_db.unit_member()) {
+            (Some(b), Some(s)) if b.same_group(&s) && b.name != s.name => Some(NodeUnit {
+                block_store: b,
+                state: s.name,
+                consensus: None,
+            }),
+            _ => None,
+        };
         let mut node = Node {
             block_db,
             state_db,
@@ -305,6 +365,7 @@ impl<C: Chain> Node<C> {
             app_store: None,
             in_flight: None,
             home: None,
+            unit,
         };
         let report = node.repair(observed, case)?;
         if report.app_replayed + report.applied > 0 {
@@ -580,6 +641,69 @@ impl<C: Chain> Node<C> {
         Ok(())
     }
 
+    /// The app's held store and its member name, when the app holds and its store is a
+    /// member of the node's unit group: its window then joins the node's units.
+    fn app_unit_store(&self) -> Option<(String, Arc<dyn HeldStore>)> {
+        let unit = self.unit.as_ref()?;
+        if !self.app_holds {
+            return None;
+        }
+        let store = self.app.held_store()?;
+        let member = store.unit_member()?;
+        member
+            .same_group(&unit.block_store)
+            .then_some((member.name, store))
+    }
+
+    /// The stores of one unit, in the node's order: block store, state, then the app's when
+    /// it is a member (`app`).
+    fn unit_stores<'a>(
+        &'a self,
+        app: Option<&'a (String, Arc<dyn HeldStore>)>,
+    ) -> Option<(&'a dyn UnitGroup, UnitStores<'a>)> {
+        let unit = self.unit.as_ref()?;
+        let mut stores: UnitStores<'_> = vec![
+            (&unit.block_store.name, &*self.block_db as &dyn HeldStore),
+            (&unit.state, &*self.state_db as &dyn HeldStore),
+        ];
+        if let Some((name, store)) = app {
+            stores.push((name, &**store));
+        }
+        Some((&*unit.block_store.group, stores))
+    }
+
+    /// Whether consensus blocks are written as one unit each, deciding it at the first call
+    /// in consensus mode: the app must hold ([`App::hold`]) and its held store be a member of
+    /// the node's group; then every database holds, one block at a time. Otherwise (or
+    /// without a group) consensus blocks take the ordered path.
+    fn consensus_units(&mut self) -> Result<bool> {
+        if self.mode != Mode::Consensus {
+            return Ok(false);
+        }
+        let Some(unit) = &self.unit else {
+            return Ok(false);
+        };
+        if let Some(decided) = unit.consensus {
+            return Ok(decided);
+        }
+        // As at the start of block sync: the app first; an `Err` poisons the node before any
+        // of its own databases holds.
+        let r = self.app.hold();
+        self.app_holds = self.poisoned(r)?;
+        let joins = self.app_unit_store().is_some();
+        if joins {
+            let r = self.block_db.hold().and_then(|()| self.state_db.hold());
+            self.poisoned(r)?;
+        } else if self.app_holds {
+            // It holds but cannot join: back to the ordered path (nothing is held yet).
+            let r = self.app.stop_holding();
+            self.poisoned(r)?;
+            self.app_holds = false;
+        }
+        self.unit.as_mut().expect("checked above").consensus = Some(joins);
+        Ok(joins)
+    }
+
     fn check_poison(&self) -> Result<()> {
         self.poison.check("node")
     }
@@ -609,10 +733,18 @@ impl<C: Chain> Node<C> {
         // The app first: its `Err` leaves whether it holds unknown, so it poisons the node
         // before the node's own databases hold anything (a later `commit_block` must never
         // land in an overlay). The node calls `App::hold` once per block sync.
-        let r = self.app.hold();
-        self.app_holds = self.poisoned(r)?;
-        let r = self.block_db.hold().and_then(|()| self.state_db.hold());
-        self.poisoned(r)?;
+        // Consensus units keep every database holding between blocks (nothing held then):
+        // block sync takes them over as they are.
+        let holding = self
+            .unit
+            .as_ref()
+            .is_some_and(|u| u.consensus == Some(true));
+        if !holding {
+            let r = self.app.hold();
+            self.app_holds = self.poisoned(r)?;
+            let r = self.block_db.hold().and_then(|()| self.state_db.hold());
+            self.poisoned(r)?;
+        }
         self.app_store = if policy.background && self.app_holds {
             self.app.held_store()
         } else {
@@ -630,6 +762,16 @@ impl<C: Chain> Node<C> {
         if self.mode == Mode::BlockSync || mode == Mode::BlockSync {
             return Err(Error::InvalidInput(
                 "use start_block_sync / switch_to_consensus to enter or leave block sync".into(),
+            ));
+        }
+        if mode == Mode::Legacy
+            && self
+                .unit
+                .as_ref()
+                .is_some_and(|u| u.consensus == Some(true))
+        {
+            return Err(Error::InvalidInput(
+                "Legacy mode (a second block-store sync) has no meaning when consensus blocks are units (ADR 0011)".into(),
             ));
         }
         self.mode = mode;
@@ -839,9 +981,36 @@ impl<C: Chain> Node<C> {
         self.state_db.freeze()?;
         app_store.freeze()?;
         let (block_db, state_db) = (self.block_db.clone(), self.state_db.clone());
+        // With a unit group: its group and member names, and the app's name when it joins.
+        let unit = self.unit.as_ref().map(|u| {
+            let app = app_store
+                .unit_member()
+                .filter(|m| m.same_group(&u.block_store))
+                .map(|m| m.name);
+            (
+                u.block_store.group.clone(),
+                u.block_store.name.clone(),
+                u.state.clone(),
+                app,
+            )
+        });
         let handle = std::thread::Builder::new()
             .name("flushpoint-flush".into())
             .spawn(move || -> Result<u64> {
+                if let Some((group, block_name, state_name, app_name)) = unit {
+                    // Crash: as `write_flush_point` with a group: one unit, then the app
+                    // alone when it is not a member.
+                    let mut stores: Vec<(&str, &dyn HeldStore)> =
+                        vec![(&block_name, &*block_db), (&state_name, &*state_db)];
+                    if let Some(name) = &app_name {
+                        stores.push((name, &*app_store));
+                    }
+                    let mut bytes = write_unit(&*group, &stores)?;
+                    if app_name.is_none() {
+                        bytes += app_store.write_frozen()?.bytes;
+                    }
+                    return Ok(bytes);
+                }
                 // Crash: the same three steps as `write_flush_point`, in the same order —
                 // block store (with the flush record), then state, then app; a cut between
                 // them leaves the shapes of ADR 0002's crash table.
@@ -957,15 +1126,27 @@ impl<C: Chain> Node<C> {
         // It must come first: steps 2 and 3 are replayed from these blocks after a crash.
         self.block_store
             .save_flush_record(&crate::types::FlushRecord { from, to })?;
-        let mut bytes = self.block_db.write_held()?.bytes;
-        // Step 2: the state at F′ and the results F+1..F′. Only after step 1 is durable.
-        bytes += self.state_db.write_held()?.bytes;
-        // Step 3: the app, last: an app ahead of the state could not be rolled forward.
-        let app_before = self.app.held_bytes();
-        if self.app_holds {
-            self.app.write_held()?;
+        let app_unit = self.app_unit_store();
+        let mut bytes;
+        if let Some((group, stores)) = self.unit_stores(app_unit.as_ref()) {
+            // Steps 1–3 as one unit (ADR 0011): the block store, the state and, when it is a
+            // member, the app — all durable or none.
+            for (_, store) in &stores {
+                store.freeze()?;
+            }
+            bytes = write_unit(group, &stores)?;
+        } else {
+            bytes = self.block_db.write_held()?.bytes;
+            // Step 2: the state at F′ and the results F+1..F′. Only after step 1 is durable.
+            bytes += self.state_db.write_held()?.bytes;
         }
-        bytes += app_before;
+        // Step 3: the app, last: an app ahead of the state could not be rolled forward.
+        if app_unit.is_none() {
+            bytes += self.app.held_bytes();
+            if self.app_holds {
+                self.app.write_held()?;
+            }
+        }
         debug_assert_eq!(
             [self.block_db.held_bytes(), self.state_db.held_bytes()],
             [0, 0],
@@ -994,6 +1175,23 @@ impl<C: Chain> Node<C> {
             return Ok(None);
         }
         let report = self.flush_point(FlushTrigger::SwitchToConsensus, now)?;
+        if let Some(unit) = &mut self.unit {
+            // Consensus blocks are units when the app's window joins the flush point's:
+            // every database keeps holding, one block at a time.
+            let joins = self.app_holds && {
+                let block_store = &unit.block_store;
+                self.app
+                    .held_store()
+                    .and_then(|s| s.unit_member())
+                    .is_some_and(|m| m.same_group(block_store))
+            };
+            unit.consensus = Some(joins);
+            if joins {
+                self.app_store = None;
+                self.mode = Mode::Consensus;
+                return Ok(report);
+            }
+        }
         // Whatever the app still holds now, `stop_holding` would drop: refuse instead.
         let r = contract(
             "App::held_bytes at App::stop_holding (after the flush point)",
@@ -1027,6 +1225,21 @@ impl<C: Chain> Node<C> {
             return Err(Error::InvalidInput(
                 "commit_block during block sync: switch to consensus first".into(),
             ));
+        }
+        if self.consensus_units()? {
+            // One unit per block (ADR 0011): saved, executed, committed and stored held, then
+            // written together; its events fire once it is durable.
+            self.save_checked(block, parts, seen_commit)?;
+            let r = self.apply_validated(block);
+            let events = self.poisoned(r)?;
+            let (from, to) = (self.deferred.flushed_height, self.state.height());
+            let r = self.write_flush_point(from, to);
+            self.poisoned(r)?;
+            for e in &events {
+                self.sink.fire(e);
+            }
+            self.deferred.flushed_height = to;
+            return Ok(());
         }
         self.save_checked(block, parts, seen_commit)?;
         if self.mode == Mode::Legacy {
