@@ -101,7 +101,7 @@ pub use home::{HOME_FORMAT_VERSION, Home};
 pub use journal::{
     APPLY_BATCH_DELAY, Applier, CHECKPOINT_BYTES, CHECKPOINT_INTERVAL, INDEX_FILE, JournalCounts,
     JournalDb, JournalEngine, JournalOptions, KEYSPACE_NAME_BYTES_MAX, OVERLAY_BYTES_MAX,
-    SEGMENT_BYTES, segment_file_name,
+    SEGMENT_BYTES, SPARE_SEGMENT_FILE, segment_file_name,
 };
 pub use node::{
     DeferredWrites, Event, EventKind, EventSink, FLUSH_BYTES_MAX, FLUSH_INTERVAL, FlushInputs,

@@ -8,6 +8,13 @@
 //! * a damaged unit that is not in the last segment is refused the same way;
 //! * a damaged unit followed by one written before it was durable (buffered units reordered
 //!   by the page cache) is a torn tail, not corruption.
+//!
+//! Prepared segments (zeros written ahead, ADR 0008): the tests above run on unprepared
+//! segments, whose length is their units'; on prepared ones
+//! * a zero tail is kept (no truncation) and written over;
+//! * a torn unit over the zeros is truncated like any torn tail;
+//! * an earlier segment ending in zeros is complete, and a unit zeroed in it is refused by
+//!   the next segment's seq.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,8 +33,20 @@ fn options(segment_bytes: u64) -> JournalOptions {
         // No checkpoint during the test: every unit stays in the journal to be damaged.
         checkpoint_bytes: u64::MAX / 2,
         applier: Applier::Inline,
+        prepare_segments: false,
         ..JournalOptions::default()
     }
+}
+
+fn open_prepared(fs: &SimFs, segment_bytes: u64) -> flushpoint::Result<JournalEngine> {
+    JournalEngine::open(
+        Arc::new(fs.clone()),
+        Path::new(DIR),
+        JournalOptions {
+            prepare_segments: true,
+            ..options(segment_bytes)
+        },
+    )
 }
 
 fn open(fs: &SimFs, segment_bytes: u64) -> flushpoint::Result<JournalEngine> {
@@ -67,6 +86,9 @@ fn unit_offsets(bytes: &[u8]) -> Vec<usize> {
     let mut at = 0;
     let mut v = Vec::new();
     while at + 32 <= bytes.len() {
+        if bytes[at..].iter().all(|b| *b == 0) {
+            break; // a prepared segment's unused space
+        }
         assert_eq!(&bytes[at..at + 4], b"FPJ1", "unit magic at {at}");
         v.push(at);
         let body_len = u32::from_le_bytes(bytes[at + 24..at + 28].try_into().unwrap()) as usize;
@@ -198,4 +220,82 @@ fn damaged_unit_followed_only_by_units_written_before_it_was_durable_is_a_torn_t
         !has(&engine, "b") && !has(&engine, "c"),
         "both discarded with the tail"
     );
+}
+
+#[test]
+fn prepared_segment_keeps_its_zero_tail_and_truncates_a_torn_unit_over_it() {
+    let fs = SimFs::new();
+    let engine = open_prepared(&fs, 4096).unwrap();
+    for k in ["a", "b"] {
+        put(&engine, k, Durability::Synced);
+    }
+    let fs = cut(&fs, engine, FileFate::DropAll);
+    let bytes = fs.read(&seg(0)).unwrap();
+    assert_eq!(
+        bytes.len(),
+        4096,
+        "a prepared segment is its full size from the start"
+    );
+    let offsets = unit_offsets(&bytes);
+    assert_eq!(offsets.len(), 2);
+    // A clean cut: the zero tail stays, and the journal writes on over it.
+    let engine = open_prepared(&fs, 4096).unwrap();
+    assert!(has(&engine, "a") && has(&engine, "b"));
+    assert_eq!(fs.read(&seg(0)).unwrap().len(), 4096, "zero tail kept");
+    put(&engine, "c", Durability::Synced);
+    let fs = cut(&fs, engine, FileFate::DropAll);
+    let engine = open_prepared(&fs, 4096).unwrap();
+    assert!(has(&engine, "c"));
+    let fs = cut(&fs, engine, FileFate::DropAll);
+    // A torn unit over the zeros: its first bytes landed, the rest is zeros.
+    let bytes = fs.read(&seg(0)).unwrap();
+    let offsets = unit_offsets(&bytes);
+    let end = offsets[2]
+        + 32
+        + u32::from_le_bytes(bytes[offsets[2] + 24..offsets[2] + 28].try_into().unwrap()) as usize
+        + 4;
+    let f = fs.open_file(&seg(0), OpenMode::Existing).unwrap();
+    f.write_at(end as u64, b"FPJ1\x01\0\0\0torn").unwrap();
+    f.sync_data().unwrap();
+    drop(f);
+    let engine = open_prepared(&fs, 4096).unwrap();
+    assert!(has(&engine, "a") && has(&engine, "b") && has(&engine, "c"));
+    assert_eq!(
+        fs.read(&seg(0)).unwrap().len(),
+        end,
+        "the torn unit is truncated with the tail"
+    );
+}
+
+#[test]
+fn an_earlier_prepared_segment_ends_at_its_zeros_and_a_zeroed_unit_in_it_is_refused() {
+    let fs = SimFs::new();
+    // 200-byte segments: two ~90-byte units fit in one, the third rolls.
+    let engine = open_prepared(&fs, 200).unwrap();
+    for k in ["a", "b", "c", "d", "e"] {
+        put(&engine, k, Durability::Synced);
+    }
+    // Two images of the same cut: one recovered as it is, one damaged.
+    let damaged = fs.crash_image(DirFate::KeepAll, FileFate::DropAll);
+    let fs = cut(&fs, engine, FileFate::DropAll);
+    assert!(fs.read(&seg(1)).is_some(), "several segments");
+    // Every earlier segment ends in zeros; recovery accepts them.
+    let engine = open_prepared(&fs, 200).unwrap();
+    for k in ["a", "b", "c", "d", "e"] {
+        assert!(has(&engine, k), "{k}");
+    }
+    drop(engine);
+    let fs = damaged;
+    // Zero the last unit of segment 0: it reads as unused space, but segment 1's first
+    // unit no longer follows the last seq of segment 0.
+    let bytes = fs.read(&seg(0)).unwrap();
+    let offsets = unit_offsets(&bytes);
+    let last = *offsets.last().unwrap();
+    let f = fs.open_file(&seg(0), OpenMode::Existing).unwrap();
+    f.write_at(last as u64, &vec![0u8; bytes.len() - last])
+        .unwrap();
+    f.sync_data().unwrap();
+    drop(f);
+    let err = open_prepared(&fs, 200).unwrap_err();
+    assert_corrupt_at(err, &seg(1), 0);
 }

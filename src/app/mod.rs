@@ -45,6 +45,14 @@ pub struct AppInfo {
 /// [`crate::HoldingDb`] refuses `stop_holding` with writes held, with the same error). An
 /// `Err` from `hold` poisons the node (whether the app holds is then unknown).
 ///
+/// On databases of one unit group (ADR 0011: e.g. three keyspaces of one
+/// [`crate::JournalEngine`]) whose `held_store` is a member too, the app keeps holding in
+/// consensus: `hold` is called once, at the first consensus block or block sync, and
+/// `stop_holding` is not called; each consensus block is then committed held and written in
+/// the node's unit (`held_store`'s frozen window), so `durable()` reaches its height when
+/// `commit_block` returns. If `hold` returns `false` or the store is not a member,
+/// `stop_holding` is called at once and consensus keeps the ordered path.
+///
 /// # Panics
 ///
 /// The node does not panic on a broken contract. A panic inside an implementation's own

@@ -25,6 +25,7 @@ mod unit;
 
 pub use engine::{
     APPLY_BATCH_DELAY, Applier, CHECKPOINT_BYTES, CHECKPOINT_INTERVAL, INDEX_FILE, JournalCounts,
-    JournalDb, JournalEngine, JournalOptions, OVERLAY_BYTES_MAX, SEGMENT_BYTES, segment_file_name,
+    JournalDb, JournalEngine, JournalOptions, OVERLAY_BYTES_MAX, SEGMENT_BYTES, SPARE_SEGMENT_FILE,
+    segment_file_name,
 };
 pub use unit::KEYSPACE_NAME_BYTES_MAX;

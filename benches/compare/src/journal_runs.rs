@@ -1,11 +1,12 @@
 //! The journal contenders (`fpj-deferred`, `fpj-per-block`): the node's own write runs
 //! (`flushpoint_runs::run_write`'s loop, unchanged) on three keyspaces of one
-//! [`JournalEngine`] instead of three redb files — ADR 0008's engine through the `Db` seam,
-//! before the node commits several keyspaces as one unit (each synced batch is still its own
-//! unit and its own `fdatasync`).
+//! [`JournalEngine`] instead of three redb files — ADR 0008's engine through the `Db` seam.
+//! The node finds its three databases in one unit group (ADR 0011), so a flush point and a
+//! consensus block are each one unit and one `fdatasync`.
 //!
 //! Invariant: the run checks its outcome as the redb rows do — the durable heights read back
-//! after a reopen equal the blocks applied, and the synced batches are the mode's path.
+//! after a reopen equal the blocks applied, and the journal's `sync_data` calls are the
+//! unit path's: one per consensus block, one per flush point.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,12 +14,12 @@ use std::time::{Duration, Instant};
 
 use flushpoint::demo::{ChainSpec, KvApp};
 use flushpoint::{
-    BlockStore, CountingDb, Db, FlushPolicy, HoldingDb, JournalEngine, JournalOptions, Mode,
-    NoEvents, Node, StateStore, StdFs,
+    BlockStore, Db, FlushPolicy, HoldingDb, JournalEngine, JournalOptions, Mode, NoEvents, Node,
+    StateStore, StdFs,
 };
 
 use crate::check::{Outcome, check};
-use crate::flushpoint_runs::{CHAIN_SEED, FpMode, FpRunOut, path_is_the_modes};
+use crate::flushpoint_runs::{CHAIN_SEED, FpMode, FpRunOut};
 
 /// The keyspaces, in the node's order (block store, state, app).
 const KEYSPACES: [&str; 3] = ["block store", "state", "app"];
@@ -33,11 +34,16 @@ fn sabotage_heights() -> bool {
     std::env::var("COMPARE_SABOTAGE").is_ok_and(|v| v == "heights")
 }
 
+/// `FPJ_PREPARE=0` turns prepared segments off (`JournalOptions::prepare_segments`), to
+/// measure what they change.
 fn open(dir: &Path) -> Result<JournalEngine, String> {
     JournalEngine::open(
         Arc::new(StdFs),
         &dir.join("journal"),
-        JournalOptions::default(),
+        JournalOptions {
+            prepare_segments: std::env::var("FPJ_PREPARE").map_or(true, |v| v != "0"),
+            ..JournalOptions::default()
+        },
     )
     .map_err(fp_err("open journal"))
 }
@@ -67,31 +73,21 @@ pub fn run_write(
 ) -> Result<FpRunOut, String> {
     let spec = ChainSpec::new(CHAIN_SEED, profile_name.parse()?);
     let engine = open(dir)?;
-    let counting: Vec<Arc<CountingDb<Arc<dyn Db>>>> = KEYSPACES
-        .iter()
-        .map(|n| {
-            let db = engine.keyspace(n).map_err(fp_err("keyspace"))?;
-            Ok(Arc::new(CountingDb::new(db as Arc<dyn Db>)))
-        })
-        .collect::<Result<_, String>>()?;
-    let counters: Vec<_> = counting.iter().map(|c| c.counters()).collect();
-    let [tb, ts, ta]: [Arc<dyn Db>; 3] = [
-        counting[0].clone(),
-        counting[1].clone(),
-        counting[2].clone(),
-    ];
-    drop(counting);
+    // The keyspaces themselves, not wrapped: a counting wrapper would (rightly) hide the
+    // unit group, and the node would write each database apart. The engine counts the syncs.
+    let ks = |n: &str| -> Result<Arc<dyn Db>, String> {
+        Ok(engine.keyspace(n).map_err(fp_err("keyspace"))? as Arc<dyn Db>)
+    };
+    let [tb, ts, ta] = [ks(KEYSPACES[0])?, ks(KEYSPACES[1])?, ks(KEYSPACES[2])?];
     let app = KvApp::open(Arc::new(HoldingDb::new(ta))).map_err(fp_err("open app"))?;
     let (mut node, _) = Node::open(tb, ts, Box::new(app), spec.chain(), Box::new(NoEvents))
         .map_err(fp_err("open node"))?;
-    let synced_of = |c: &[Arc<flushpoint::SyncCounters>]| -> u64 {
-        c.iter().map(|c| c.snapshot().synced_batches).sum()
-    };
+    let synced_of = |e: &JournalEngine| e.counts().journal_sync_data_calls;
     let all_syncs = |e: &JournalEngine| {
         let c = e.counts();
         c.journal_sync_data_calls + c.dir_sync_calls + c.index.sync_data_calls
     };
-    let synced0 = synced_of(&counters);
+    let synced0 = synced_of(&engine);
     let syncs0 = all_syncs(&engine);
     on_start();
     let start = Instant::now();
@@ -120,7 +116,7 @@ pub fn run_write(
     }
     let mut flush_points = node.deferred().flush_points;
     flush_points += u64::from(node.stop(Instant::now()).map_err(fp_err("stop"))?.is_some());
-    let synced = synced_of(&counters) - synced0;
+    let synced = synced_of(&engine) - synced0;
     // Close the engine before the clock stops, as the redb rows close their files: apply
     // what is left and checkpoint (counted), then drop the last handle (its close finds
     // nothing left to do).
@@ -148,9 +144,9 @@ pub fn run_write(
         &Outcome::Heights(vec![blocks + u64::from(sabotage_heights()); 3]),
     )
     .map_err(|e| e.to_string())?;
-    if !path_is_the_modes(mode, synced, blocks, flush_points) {
+    if !unit_path(mode, synced, blocks, flush_points) {
         return Err(format!(
-            "journal {mode:?}: {synced} synced batches for {blocks} blocks and {flush_points} flush points is not this mode's path"
+            "journal {mode:?}: {synced} journal syncs for {blocks} blocks and {flush_points} flush points is not the unit path"
         ));
     }
     Ok(FpRunOut {
@@ -160,6 +156,17 @@ pub fn run_write(
         synced_batches: synced,
         flush_points,
     })
+}
+
+/// The journal's `sync_data` calls on the unit path (ADR 0011): one per consensus block;
+/// one per flush point, plus at most one per segment roll (a roll syncs the outgoing
+/// segment when it holds unsynced units: none on this path, allowed all the same).
+fn unit_path(mode: FpMode, syncs: u64, blocks: u64, flush_points: u64) -> bool {
+    match mode {
+        FpMode::PerBlock => syncs == blocks,
+        FpMode::Deferred => flush_points >= 1 && syncs >= flush_points && syncs <= 2 * flush_points,
+        _ => false,
+    }
 }
 
 /// `fpj-unit`: the shape's block — its block store, state and app ops, the bytes the
@@ -221,4 +228,23 @@ pub fn run_unit_per_block(
         elapsed,
         syncs,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unit_path_check_rejects_the_ordered_path_and_a_missing_sync() {
+        assert!(unit_path(FpMode::PerBlock, 10, 10, 0));
+        // The ordered path (4 syncs per consensus block) and a lost sync are refused.
+        assert!(!unit_path(FpMode::PerBlock, 40, 10, 0));
+        assert!(!unit_path(FpMode::PerBlock, 9, 10, 0));
+        assert!(unit_path(FpMode::Deferred, 3, 1000, 3));
+        // Three syncs per flush point (one per database) is the ordered path.
+        assert!(!unit_path(FpMode::Deferred, 9, 1000, 3));
+        assert!(!unit_path(FpMode::Deferred, 2, 1000, 3));
+        assert!(!unit_path(FpMode::Deferred, 0, 1000, 0));
+        assert!(!unit_path(FpMode::NoSync, 0, 1000, 0));
+    }
 }
