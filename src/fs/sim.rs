@@ -26,8 +26,8 @@
 //!   - `write_at`, `set_len`, create, mkdir, rename, unlink: nothing (no prefix of a write
 //!     lands; the live view is unchanged, nothing is pending);
 //!   - `sync_data`, `sync_all` of a file: the file's pending ops are **never** made durable
-//!     — dropped from its pending list while reads still see them (the page cache keeps
-//!     the pages, marked clean or dropped: Linux's behaviour since 4.13, "fsyncgate"). A
+//!     — dropped from its pending list while reads still see them (Linux keeps the pages
+//!     in the page cache but marks them clean after a failed write-back: "fsyncgate"). A
 //!     later successful sync makes durable only the ops issued after the failure, so a
 //!     crash image after a retried sync still lacks the lost ones: the harshest reading
 //!     (on Linux a later write to the same page can carry them out again);
@@ -35,6 +35,7 @@
 //!
 //!   Each fired fault is recorded ([`SimFs::faults`]) with its op and path, so a test can
 //!   prove it fired and count what was issued after it (`stats().log` from its index).
+//!
 //! Invariant: nothing here reads a clock or a global RNG: a crash image is a pure function of
 //! the operations issued and the fates passed.
 
