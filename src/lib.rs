@@ -93,8 +93,8 @@ pub use error::{
     BoxError, CorruptReason, Error, ErrorKind, Heights, PoisonCause, Result, RollbackRefusal, hex,
 };
 pub use fs::{
-    DirFate, FileFate, FileSystem, FsBackend, FsFile, OpenMode, SimFile, SimFs, SimOp, SimStats,
-    StdFile, StdFs, create_dir_all_durably,
+    DirFate, FileFate, FileSystem, FsBackend, FsFile, OpenMode, SimFault, SimFile, SimFs, SimOp,
+    SimStats, StdFile, StdFs, create_dir_all_durably,
 };
 pub use holding::{FrozenWindow, HeldStore, HeldWrite, HoldingDb};
 pub use home::{HOME_FORMAT_VERSION, Home};

@@ -142,8 +142,10 @@ impl RedbDb {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io("remove leftover file", &tmp)(e)),
         }
-        // The table's first commit is synced inside `with_backend`; closing may write more.
-        drop(Self::open_file(fs, &tmp, name, options)?);
+        // The table's first commit is synced inside `with_backend`; closing may write more,
+        // and a failed close (a write or sync of redb's) is an error: dropping would hide it
+        // and the sync below would then report lost bytes durable (fsyncgate).
+        Self::open_file(fs, &tmp, name, options)?.close()?;
         // The file is complete and durable before it gets its real name, whatever redb's
         // close does: without it a rename that survives a cut could name lost bytes (empty or
         // torn: "magic number mismatch"). redb 4.6 already syncs on close, so today this
@@ -205,6 +207,22 @@ impl RedbDb {
             }
             Err(e) => Err(self.err("open table", e)),
         }
+    }
+
+    /// Closes the database, returning redb's close error (its last writes and syncs) where
+    /// dropping the handle would ignore it. On `Err` the file's durable content is unknown:
+    /// nothing may be synced on it as if the close had worked.
+    pub fn close(self) -> Result<()> {
+        let RedbDb {
+            name,
+            db,
+            keep_alive,
+            ..
+        } = self;
+        let closed = db.close().map_err(|e| Error::storage(&name, "close", e));
+        // After the file is closed, as when dropped.
+        drop(keep_alive);
+        closed
     }
 
     /// Keeps `guard` alive until this handle is dropped, and releases it only after the

@@ -23,7 +23,7 @@ use std::path::Path;
 
 use redb::{BackendError, StorageBackend};
 
-pub use sim::{DirFate, FileFate, SimFile, SimFs, SimOp, SimStats};
+pub use sim::{DirFate, FileFate, SimFault, SimFile, SimFs, SimOp, SimStats};
 
 type IoResult<T> = std::io::Result<T>;
 

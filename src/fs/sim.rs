@@ -20,6 +20,21 @@
 //!   of POSIX, harsher than ext4's ordered journal, which keeps a prefix: [`DirFate::Prefix`]
 //!   models that). A lost `mkdir` loses the directory and everything in it. Files no
 //!   longer named anywhere are gone. The image has no open handles and no locks.
+//! * I/O errors, apart from the power: with `fail_at = k` ([`SimFs::set_fail_at`]) the k-th
+//!   mutating operation (the same count as `cut_at`) returns EIO (raw OS error 5) once; the
+//!   machine stays up and later operations work. What the failed operation did, per kind:
+//!   - `write_at`, `set_len`, create, mkdir, rename, unlink: nothing (no prefix of a write
+//!     lands; the live view is unchanged, nothing is pending);
+//!   - `sync_data`, `sync_all` of a file: the file's pending ops are **never** made durable
+//!     — dropped from its pending list while reads still see them (Linux keeps the pages
+//!     in the page cache but marks them clean after a failed write-back: "fsyncgate"). A
+//!     later successful sync makes durable only the ops issued after the failure, so a
+//!     crash image after a retried sync still lacks the lost ones: the harshest reading
+//!     (on Linux a later write to the same page can carry them out again);
+//!   - `sync_dir`: likewise for the directory's pending entry ops.
+//!
+//!   Each fired fault is recorded ([`SimFs::faults`]) with its op and path, so a test can
+//!   prove it fired and count what was issued after it (`stats().log` from its index).
 //!
 //! Invariant: nothing here reads a clock or a global RNG: a crash image is a pure function of
 //! the operations issued and the fates passed.
@@ -69,6 +84,18 @@ pub struct SimStats {
     pub counts: BTreeMap<SimOp, u64>,
     /// Every operation, in order, with the path it acted on (a rename: the new name).
     pub log: Vec<(SimOp, PathBuf)>,
+}
+
+/// One injected I/O error that fired (see [`SimFs::set_fail_at`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimFault {
+    /// The failed operation's number (1-based, as counted by [`SimFs::ops`]); it is entry
+    /// `op_index - 1` of [`SimStats::log`].
+    pub op_index: u64,
+    /// Its kind.
+    pub op: SimOp,
+    /// The path it acted on.
+    pub path: PathBuf,
 }
 
 /// What a crash does with the files' unsynced writes and length changes.
@@ -152,6 +179,10 @@ struct Machine {
     dir_op_seq: u64,
     ops: u64,
     cut_at: Option<u64>,
+    /// The op that fails with EIO (once), the machine staying up.
+    fail_at: Option<u64>,
+    /// The injected faults that fired, in order.
+    faults: Vec<SimFault>,
     dead: bool,
     stats: SimStats,
     /// Inode → the handle holding its lock.
@@ -170,6 +201,61 @@ fn io(kind: std::io::ErrorKind, msg: &str) -> std::io::Error {
 
 fn dead() -> std::io::Error {
     io(std::io::ErrorKind::Other, "power is off")
+}
+
+/// EIO, as the kernel reports a failed write-back or device error.
+fn eio() -> std::io::Error {
+    std::io::Error::from_raw_os_error(5)
+}
+
+/// What [`Machine::tick`] decided for an op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tick {
+    /// The op proceeds.
+    Go,
+    /// The power was cut on it: the machine is dead, the op may have happened.
+    Cut,
+    /// An injected EIO: the op fails without effect (a sync: see the module docs).
+    Eio,
+}
+
+impl Tick {
+    fn result(self) -> IoResult<()> {
+        match self {
+            Tick::Go => Ok(()),
+            Tick::Cut => Err(io(std::io::ErrorKind::Other, "power cut")),
+            Tick::Eio => Err(eio()),
+        }
+    }
+}
+
+/// Applies a file op to an image (a view's bytes).
+fn apply_file_op(img: &mut Vec<u8>, op: &FileOp) {
+    match op {
+        FileOp::Write { off, data } => write_into(img, *off, data),
+        FileOp::SetLen(len) => img.resize(*len as usize, 0),
+    }
+}
+
+/// Applies a directory entry op to a directory's entries as the crash does: a rename or an
+/// unlink acts only on the entry it named when issued.
+fn apply_dir_op(entries: &mut BTreeMap<OsString, Entry>, op: &DirOp) {
+    match op {
+        DirOp::Link { name, entry } => {
+            entries.insert(name.clone(), *entry);
+        }
+        DirOp::Rename { from, to, entry } => {
+            if entries.get(from) == Some(entry) {
+                entries.remove(from);
+            }
+            entries.insert(to.clone(), *entry);
+        }
+        DirOp::Unlink { name, entry } => {
+            if entries.get(name) == Some(entry) {
+                entries.remove(name);
+            }
+        }
+    }
 }
 
 fn write_into(img: &mut Vec<u8>, off: u64, data: &[u8]) {
@@ -237,8 +323,7 @@ impl Inode {
             };
             match (op, f) {
                 (_, 0) => {}
-                (FileOp::SetLen(len), _) => img.resize(*len as usize, 0),
-                (FileOp::Write { off, data }, 1) => write_into(&mut img, *off, data),
+                (FileOp::SetLen(_), _) | (FileOp::Write { .. }, 1) => apply_file_op(&mut img, op),
                 (FileOp::Write { off, data }, _) => {
                     let unit = if data.len() <= SECTOR_BYTES {
                         1
@@ -258,19 +343,26 @@ impl Inode {
 }
 
 impl Machine {
-    /// Counts a mutating op; fails it (and kills the machine) if the power is cut now.
-    fn tick(&mut self, op: SimOp, path: &Path) -> IoResult<()> {
-        if self.dead {
-            return Err(dead());
-        }
+    /// Counts a mutating op (the machine must be alive): it proceeds, or the power is cut
+    /// on it (the machine dies), or it fails with an injected EIO.
+    fn tick(&mut self, op: SimOp, path: &Path) -> Tick {
+        debug_assert!(!self.dead, "invariant: ops tick on a live machine only");
         self.ops += 1;
         *self.stats.counts.entry(op).or_default() += 1;
         self.stats.log.push((op, path.to_path_buf()));
         if self.cut_at == Some(self.ops) {
             self.dead = true;
-            return Err(io(std::io::ErrorKind::Other, "power cut"));
+            return Tick::Cut;
         }
-        Ok(())
+        if self.fail_at == Some(self.ops) {
+            self.faults.push(SimFault {
+                op_index: self.ops,
+                op,
+                path: path.to_path_buf(),
+            });
+            return Tick::Eio;
+        }
+        Tick::Go
     }
 
     fn alive(&self) -> IoResult<()> {
@@ -296,19 +388,23 @@ impl Machine {
     }
 
     /// Applies a directory op to the live view and records it as pending. If the power is
-    /// cut on it, it is recorded all the same (the crash may have done it) and fails.
+    /// cut on it, it is recorded all the same (the crash may have done it) and fails; an
+    /// injected EIO fails it without effect.
     fn dir_op(&mut self, kind: SimOp, dir: &Path, op: DirOp) -> IoResult<()> {
         self.alive()?;
         let name = match &op {
             DirOp::Link { name, .. } | DirOp::Unlink { name, .. } => name,
             DirOp::Rename { to, .. } => to,
         };
+        let tick = self.tick(kind, &dir.join(name));
+        if tick == Tick::Eio {
+            return tick.result();
+        }
         // From here an error is the cut on this very op.
-        let cut = self.tick(kind, &dir.join(name));
         self.dir_op_seq += 1;
         let seq = self.dir_op_seq;
         let d = self.dir_mut(dir)?;
-        if cut.is_ok() {
+        if tick == Tick::Go {
             match &op {
                 DirOp::Link { name, entry } => {
                     d.live.insert(name.clone(), *entry);
@@ -323,25 +419,27 @@ impl Machine {
             }
         }
         d.pending.push((seq, op));
-        cut
+        tick.result()
     }
 
+    /// Applies a file op to the live view and records it as pending; cut and EIO as
+    /// [`Machine::dir_op`].
     fn file_op(&mut self, kind: SimOp, path: &Path, ino: u64, op: FileOp) -> IoResult<()> {
         self.alive()?;
+        let tick = self.tick(kind, path);
+        if tick == Tick::Eio {
+            return tick.result();
+        }
         // From here an error is the cut on this very op.
-        let cut = self.tick(kind, path);
         let inode = self
             .inodes
             .get_mut(&ino)
             .ok_or_else(|| io(std::io::ErrorKind::NotFound, "no such file"))?;
-        if cut.is_ok() {
-            match &op {
-                FileOp::Write { off, data } => write_into(&mut inode.live, *off, data),
-                FileOp::SetLen(len) => inode.live.resize(*len as usize, 0),
-            }
+        if tick == Tick::Go {
+            apply_file_op(&mut inode.live, &op);
         }
         inode.pending.push(op);
-        cut
+        tick.result()
     }
 }
 
@@ -363,6 +461,8 @@ impl SimFs {
             dir_op_seq: 0,
             ops: 0,
             cut_at: None,
+            fail_at: None,
+            faults: Vec::new(),
             dead: false,
             stats: SimStats::default(),
             locks: BTreeMap::new(),
@@ -378,6 +478,18 @@ impl SimFs {
     /// `None`: never).
     pub fn set_cut_at(&self, k: Option<u64>) {
         self.lock().cut_at = k;
+    }
+
+    /// Makes the `k`-th mutating operation from the machine's start (1-based, counted as
+    /// for [`SimFs::set_cut_at`]; `None`: none) fail with EIO, once, the machine staying up;
+    /// see the module docs for what each failed operation leaves.
+    pub fn set_fail_at(&self, k: Option<u64>) {
+        self.lock().fail_at = k;
+    }
+
+    /// The injected EIO faults that fired so far, in order.
+    pub fn faults(&self) -> Vec<SimFault> {
+        self.lock().faults.clone()
     }
 
     /// Mutating operations issued so far (the one the power was cut on included).
@@ -472,24 +584,8 @@ impl SimFs {
         for (path, d) in &m.dirs {
             let mut e = d.durable.clone();
             for (seq, op) in &d.pending {
-                if !kept.contains(seq) {
-                    continue;
-                }
-                match op {
-                    DirOp::Link { name, entry } => {
-                        e.insert(name.clone(), *entry);
-                    }
-                    DirOp::Rename { from, to, entry } => {
-                        if e.get(from) == Some(entry) {
-                            e.remove(from);
-                        }
-                        e.insert(to.clone(), *entry);
-                    }
-                    DirOp::Unlink { name, entry } => {
-                        if e.get(name) == Some(entry) {
-                            e.remove(name);
-                        }
-                    }
+                if kept.contains(seq) {
+                    apply_dir_op(&mut e, op);
                 }
             }
             entries.insert(path.clone(), e);
@@ -529,6 +625,8 @@ impl SimFs {
             dir_op_seq: 0,
             ops: 0,
             cut_at: None,
+            fail_at: None,
+            faults: Vec::new(),
             dead: false,
             stats: SimStats::default(),
             locks: BTreeMap::new(),
@@ -664,11 +762,21 @@ impl FileSystem for SimFs {
         if m.lookup(&norm)? != Some(Entry::Dir) {
             return Err(io(std::io::ErrorKind::NotFound, "no such directory"));
         }
-        m.tick(SimOp::SyncDir, &norm)?;
+        let tick = m.tick(SimOp::SyncDir, &norm);
         let d = m.dir_mut(&norm)?;
-        d.durable = d.live.clone();
-        d.pending.clear();
-        Ok(())
+        match tick {
+            Tick::Go => {
+                // The pending ops, not the live view: ops lost to a failed sync stay lost.
+                let pending = std::mem::take(&mut d.pending);
+                pending
+                    .iter()
+                    .for_each(|(_, op)| apply_dir_op(&mut d.durable, op));
+            }
+            // A failed sync: its pending ops are never made durable (module docs).
+            Tick::Eio => d.pending.clear(),
+            Tick::Cut => {}
+        }
+        tick.result()
     }
 
     fn allocated_bytes(&self, path: &Path) -> IoResult<u64> {
@@ -693,14 +801,25 @@ pub struct SimFile {
 impl SimFile {
     fn sync(&self, kind: SimOp) -> IoResult<()> {
         let mut m = self.fs.lock();
-        m.tick(kind, &self.path)?;
+        m.alive()?;
+        let tick = m.tick(kind, &self.path);
         let i = m
             .inodes
             .get_mut(&self.ino)
             .ok_or_else(|| io(std::io::ErrorKind::NotFound, "no such file"))?;
-        i.durable = i.live.clone();
-        i.pending.clear();
-        Ok(())
+        match tick {
+            Tick::Go => {
+                // The pending ops, not the live view: ops lost to a failed sync stay lost.
+                let pending = std::mem::take(&mut i.pending);
+                pending
+                    .iter()
+                    .for_each(|op| apply_file_op(&mut i.durable, op));
+            }
+            // A failed sync: its pending ops are never made durable (module docs).
+            Tick::Eio => i.pending.clear(),
+            Tick::Cut => {}
+        }
+        tick.result()
     }
 }
 
@@ -843,6 +962,113 @@ mod tests {
         // The write in flight may have landed.
         let img = fs.crash_image(DirFate::KeepAll, FileFate::KeepAll);
         assert_eq!(img.read(p("/a")).unwrap(), b"x");
+    }
+
+    #[test]
+    fn an_injected_eio_fails_one_op_and_the_machine_stays_up() {
+        let fs = SimFs::new();
+        let f = fs.open_file(p("/a"), OpenMode::CreateOrOpen).unwrap(); // op 1
+        fs.sync_dir(p("/")).unwrap(); // op 2
+        fs.set_fail_at(Some(3));
+        let e = f.write_at(0, b"lost").unwrap_err(); // op 3: fails
+        assert_eq!(e.raw_os_error(), Some(5), "EIO: {e}");
+        assert!(!fs.is_dead());
+        // A failed write wrote nothing: not in the live view, nothing pending.
+        assert_eq!(fs.read(p("/a")).unwrap(), b"");
+        assert_eq!(fs.pending_file_ops(), 0);
+        f.write_at(0, b"kept").unwrap(); // op 4: works
+        f.sync_data().unwrap();
+        assert_eq!(
+            fs.faults(),
+            [SimFault {
+                op_index: 3,
+                op: SimOp::Write,
+                path: PathBuf::from("/a"),
+            }]
+        );
+        assert_eq!(fs.stats().log[2], (SimOp::Write, PathBuf::from("/a")));
+        let img = fs.crash_image(DirFate::DropAll, FileFate::DropAll);
+        assert_eq!(img.read(p("/a")).unwrap(), b"kept");
+        // A failed directory op does nothing either.
+        fs.set_fail_at(Some(fs.ops() + 1));
+        assert!(fs.rename(p("/a"), p("/b")).is_err());
+        assert_eq!(fs.list(p("/")), ["a"]);
+        assert_eq!(fs.pending_dir_ops(), 0);
+        assert_eq!(fs.faults().len(), 2);
+    }
+
+    #[test]
+    fn a_retried_sync_after_a_failed_one_does_not_make_the_lost_writes_durable() {
+        for kind in [SimOp::SyncData, SimOp::SyncAll] {
+            let fs = SimFs::new();
+            let f = fs.open_file(p("/seg"), OpenMode::CreateOrOpen).unwrap();
+            fs.sync_dir(p("/")).unwrap();
+            f.write_at(0, b"aaaa").unwrap();
+            f.sync_data().unwrap();
+            f.write_at(4, b"bbbb").unwrap();
+            fs.set_fail_at(Some(fs.ops() + 1));
+            let sync = |f: &dyn FsFile| match kind {
+                SimOp::SyncData => f.sync_data(),
+                _ => f.sync_all(),
+            };
+            assert_eq!(sync(&*f).unwrap_err().raw_os_error(), Some(5));
+            assert_eq!(fs.faults().len(), 1, "{kind:?}: the fault fired once");
+            // Reads still see the lost bytes (the page cache kept them)...
+            assert_eq!(fs.read(p("/seg")).unwrap(), b"aaaabbbb");
+            // ...and the retry "succeeds".
+            sync(&*f).unwrap();
+            f.write_at(8, b"cccc").unwrap();
+            sync(&*f).unwrap();
+            for (dirs, files) in [
+                (DirFate::DropAll, FileFate::DropAll),
+                (DirFate::KeepAll, FileFate::KeepAll),
+                (DirFate::KeepAll, FileFate::Random(7)),
+            ] {
+                // The lost bytes never reach the disk; those written after the failure do.
+                let img = fs.crash_image(dirs, files);
+                assert_eq!(
+                    img.read(p("/seg")).unwrap(),
+                    b"aaaa\0\0\0\0cccc",
+                    "{kind:?} {files:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_sync_dir_loses_its_pending_entries_for_good() {
+        let fs = SimFs::new();
+        fs.create_dir_all(p("/h")).unwrap();
+        fs.sync_dir(p("/")).unwrap();
+        let f = fs.open_file(p("/h/a"), OpenMode::CreateOrOpen).unwrap();
+        f.sync_all().unwrap();
+        fs.set_fail_at(Some(fs.ops() + 1));
+        assert!(fs.sync_dir(p("/h")).is_err());
+        assert_eq!(fs.list(p("/h")), ["a"], "reads still see the entry");
+        drop(fs.open_file(p("/h/b"), OpenMode::CreateOrOpen).unwrap());
+        fs.sync_dir(p("/h")).unwrap();
+        // `b`, created after the failure, is durable; `a` is not, the retry notwithstanding.
+        let img = fs.crash_image(DirFate::KeepAll, FileFate::KeepAll);
+        assert_eq!(img.list(p("/h")), ["b"]);
+    }
+
+    #[test]
+    fn without_faults_a_sync_makes_the_live_view_durable() {
+        // The pending-op replay a sync now does equals the live view when nothing was lost.
+        let fs = SimFs::new();
+        let f = fs.open_file(p("/x"), OpenMode::CreateOrOpen).unwrap();
+        f.write_at(0, &[1; 700]).unwrap();
+        f.set_len(300).unwrap();
+        f.write_at(600, b"tail").unwrap();
+        f.sync_data().unwrap();
+        fs.rename(p("/x"), p("/y")).unwrap();
+        drop(fs.open_file(p("/z"), OpenMode::CreateOrOpen).unwrap());
+        fs.remove_file(p("/z")).unwrap();
+        fs.sync_dir(p("/")).unwrap();
+        let img = fs.crash_image(DirFate::DropAll, FileFate::DropAll);
+        assert_eq!(img.fingerprint(), fs.fingerprint());
+        assert_eq!(img.list(p("/")), ["y"]);
+        assert!(fs.faults().is_empty());
     }
 
     #[test]

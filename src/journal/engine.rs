@@ -347,12 +347,9 @@ impl JournalEngine {
             let redb_options = RedbOptions {
                 cache_bytes: options.index_cache_bytes,
             };
-            drop(RedbDb::open_on(
-                fs.clone(),
-                &index_path,
-                ENGINE_NAME,
-                &redb_options,
-            )?);
+            // Closed, not dropped: a failed close must fail the open, not be followed by
+            // more writes and syncs on the same file.
+            RedbDb::open_on(fs.clone(), &index_path, ENGINE_NAME, &redb_options)?.close()?;
         }
         let file = fs
             .open_file(&index_path, OpenMode::Existing)
