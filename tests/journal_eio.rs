@@ -753,6 +753,9 @@ fn image_to_recover() -> (SimFs, Image) {
         // is torn below.
         checkpoint_bytes: u64::MAX / 2,
         segment_bytes: 1 << 20,
+        // Unprepared: the segment is as long as its units, so cutting its length tears
+        // the last one (a prepared segment would lose zeros only).
+        prepare_segments: false,
         ..options(Applier::Inline)
     };
     let engine = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), opts).unwrap();

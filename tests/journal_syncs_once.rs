@@ -4,7 +4,10 @@
 //! independently: by `SimFs`'s own log of operations, per path, and by the engine's
 //! counters. The index (`index.redb`) is the applier's: its non-durable commits sync only
 //! when redb grows the file (seen here when a commit creates two new tables), counted apart
-//! in `JournalCounts::index` and left out of the journal's count.
+//! in `JournalCounts::index` and left out of the journal's count. The spare segment
+//! (`spare.segment`, prepared segments: zeros written and synced ahead) is synced when it is
+//! prepared — by the roll itself when none is ready, else by the background applier off any
+//! unit's path — and counted apart too.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,13 +20,14 @@ use flushpoint::{
 const DIR: &str = "/j";
 
 /// The sync operations (file and directory) SimFs logged since `from`, with their paths,
-/// the index's own left out.
+/// the index's and the spare segment's left out.
 fn syncs_since(fs: &SimFs, from: usize) -> Vec<(SimOp, PathBuf)> {
     let index = Path::new(DIR).join(flushpoint::INDEX_FILE);
+    let spare = Path::new(DIR).join(flushpoint::SPARE_SEGMENT_FILE);
     fs.stats().log[from..]
         .iter()
         .filter(|(op, _)| matches!(op, SimOp::SyncData | SimOp::SyncAll | SimOp::SyncDir))
-        .filter(|(_, path)| *path != index)
+        .filter(|(_, path)| *path != index && *path != spare)
         .cloned()
         .collect()
 }
@@ -46,9 +50,15 @@ fn one_synced_unit_is_one_sync_data_on_its_segment() {
         let blocks = engine.keyspace("blocks").unwrap();
         let segment = Path::new(DIR).join(segment_file_name(0));
 
-        // The first unit creates segment 0: one directory fsync, then its one sync_data.
+        // The first unit creates segment 0 — a spare prepared (no applier step has run yet
+        // to prepare one ahead) and renamed in: one directory fsync, then its one sync_data.
         let at = fs.stats().log.len();
         blocks.write(&batch("first"), Durability::Synced).unwrap();
+        assert!(
+            fs.stats().log[at..].contains(&(SimOp::Rename, segment.clone())),
+            "segment 0 is the spare renamed in ({applier:?})"
+        );
+        assert_eq!(engine.counts().segments_prepared, 1);
         assert_eq!(
             syncs_since(&fs, at),
             vec![
