@@ -222,7 +222,7 @@ pub enum Error {
     /// The home was created on another storage engine than the one asked for (ADR 0011):
     /// refused before anything was written.
     #[error(
-        "home {path} was created on the {recorded} engine, not {requested}: open it on {recorded} (the engine is chosen only when a home is created) or use a new home"
+        "home {path} was created on the {recorded} engine, not {requested}: a home keeps the engine it was created with (open it on {recorded}, or use a new home)"
     )]
     HomeEngine {
         /// The home directory.

@@ -188,9 +188,9 @@ pub fn describe(e: &flushpoint::Error, home: &Path) -> CliError {
             home.display()
         ),
         E::HomeVersion { .. } => text,
-        E::HomeEngine { recorded, .. } => format!(
-            "{text} (leave --engine out, or pass --engine {recorded}: a home keeps the engine it was created with)"
-        ),
+        E::HomeEngine { recorded, .. } => {
+            format!("{text}; leave --engine out, or pass --engine {recorded}")
+        }
         E::Home { source, .. } => match io_hint(source) {
             Some(h) => format!("{text}: {h}"),
             None => text,
