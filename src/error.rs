@@ -219,6 +219,19 @@ pub enum Error {
         /// The version this build reads.
         expected: u32,
     },
+    /// The home was created on another storage engine than the one asked for (ADR 0012):
+    /// refused before anything was written.
+    #[error(
+        "home {path} was created on the {recorded} engine, not {requested}: a home keeps the engine it was created with (open it on {recorded}, or use a new home)"
+    )]
+    HomeEngine {
+        /// The home directory.
+        path: PathBuf,
+        /// The engine the home's `FORMAT` records.
+        recorded: crate::home::HomeEngine,
+        /// The engine asked for.
+        requested: crate::home::HomeEngine,
+    },
     /// A filesystem error on the home directory.
     #[error("home {path}: {op}: {source}")]
     Home {
@@ -464,7 +477,9 @@ impl Error {
             | Error::InvalidRetainHeight { .. } => ErrorKind::InvalidInput,
             Error::NotFound { .. } | Error::Pruned { .. } => ErrorKind::NotFound,
             Error::HomeLocked { .. } => ErrorKind::Locked,
-            Error::HomeVersion { .. } | Error::GenesisMismatch { .. } => ErrorKind::Incompatible,
+            Error::HomeVersion { .. }
+            | Error::HomeEngine { .. }
+            | Error::GenesisMismatch { .. } => ErrorKind::Incompatible,
             Error::Inconsistent { .. }
             | Error::AppHashMismatch { .. }
             | Error::Rollback(_)

@@ -1,40 +1,129 @@
 //! A home directory: the three databases (block store, state, app) under one directory,
-//! guarded by an exclusive lock.
+//! guarded by an exclusive lock, on one of two storage engines (ADR 0012): three redb files
+//! (the default) or three keyspaces of one journal engine (ADR 0008) in `journal/`.
 //!
 //! Invariant: at most one open `Home` per directory, across threads and processes (an
 //! `flock` on `LOCK`, per open file description, so a second open in the same process fails
 //! too). The lock is held as long as the `Home` or any of its databases is open (each
-//! database keeps it alive, and closes its file before releasing it), so a second open gets
+//! database keeps it alive, and closes its files before releasing it), so a second open gets
 //! `Error::HomeLocked`, never redb's "already open".
-//! Invariant: a home written by another format version is refused, never read.
+//! Invariant: a home written by another format version is refused, never read; a home is
+//! opened on the engine its `FORMAT` records, and an explicit request for another engine is
+//! refused (`Error::HomeEngine`) before anything is written.
 //! Invariant: every file operation goes through the file layer (`crate::fs`), so a
-//! simulated file system can cut the power at each; the home directory's own entry, the
-//! `FORMAT` file and each database's name are durable before anything is written into them.
+//! simulated file system can cut the power at each; the home directory's own entry and the
+//! `FORMAT` file (with its engine) are durable before any database is created, and each
+//! database's name before anything is written into it.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::db::{RedbDb, RedbOptions};
+use crate::db::{Db, RedbDb, RedbOptions};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, FsFile, OpenMode, StdFs, create_dir_all_durably};
+use crate::journal::{JournalEngine, JournalOptions};
 
 /// The home layout version this build reads and writes. 2: the chain seam (ADR 0009) — a
 /// block meta keeps the chain's header bytes length-prefixed, the state store keeps history
 /// slots, the rollback intent keeps the rebuilt state as the chain's bytes. A version-1 home
 /// is refused with [`Error::HomeVersion`] (rebuild it by syncing again); it is never read.
+/// The engine (ADR 0012) is a second line of `FORMAT`, absent for redb.
 pub const HOME_FORMAT_VERSION: u32 = 2;
 
 pub(crate) const FORMAT_FILE: &str = "FORMAT";
+const FORMAT_PREFIX: &str = "flushpoint home format ";
+const FORMAT_ENGINE_PREFIX: &str = "engine ";
 const LOCK_FILE: &str = "LOCK";
-/// File name of the block store database.
+/// File name of the block store database (redb engine).
 pub const BLOCK_STORE_FILE: &str = "blockstore.redb";
-/// File name of the state database.
+/// File name of the state database (redb engine).
 pub const STATE_FILE: &str = "state.redb";
-/// File name of the application database.
+/// File name of the application database (redb engine).
 pub const APP_FILE: &str = "app.redb";
+/// Directory of the journal engine in a journal home.
+pub const JOURNAL_DIR: &str = "journal";
+/// The three databases' names: the redb databases' error names and the journal's
+/// keyspaces, in flush order.
+const DB_NAMES: [&str; 3] = ["block store", "state", "app"];
 
-/// The home's exclusive lock, shared by the [`Home`] and its three databases: released
-/// when the last of them is dropped.
+/// The storage engine a home's databases live on, chosen when the home is created and
+/// recorded in its `FORMAT` file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum HomeEngine {
+    /// Three redb files, `blockstore.redb`, `state.redb`, `app.redb` (the default).
+    Redb,
+    /// One [`JournalEngine`] in `journal/`, keyspaces `block store`, `state`, `app`.
+    Journal,
+}
+
+impl HomeEngine {
+    /// The engine's name as `FORMAT` and the tool spell it: `redb` or `journal`.
+    pub fn name(self) -> &'static str {
+        match self {
+            HomeEngine::Redb => "redb",
+            HomeEngine::Journal => "journal",
+        }
+    }
+
+    /// The engine named `name` (as [`HomeEngine::name`] spells it).
+    pub fn from_name(name: &str) -> Option<HomeEngine> {
+        match name {
+            "redb" => Some(HomeEngine::Redb),
+            "journal" => Some(HomeEngine::Journal),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for HomeEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a home is opened.
+#[derive(Debug, Clone, Default)]
+pub struct HomeOptions {
+    /// The engine asked for: `None` opens an existing home on the engine it records and
+    /// creates a new one on [`HomeEngine::Redb`]; `Some(e)` creates a new home on `e` and
+    /// refuses an existing home recorded with another engine ([`Error::HomeEngine`]).
+    pub engine: Option<HomeEngine>,
+    /// Options of the three redb databases (redb engine).
+    pub redb: RedbOptions,
+    /// Options of the journal engine (journal engine).
+    pub journal: JournalOptions,
+}
+
+impl HomeOptions {
+    /// Default options asking for `engine`.
+    pub fn with_engine(engine: HomeEngine) -> HomeOptions {
+        HomeOptions {
+            engine: Some(engine),
+            ..HomeOptions::default()
+        }
+    }
+}
+
+impl From<&RedbOptions> for HomeOptions {
+    /// The recorded engine (redb for a new home), with these redb options.
+    fn from(redb: &RedbOptions) -> HomeOptions {
+        HomeOptions {
+            redb: redb.clone(),
+            ..HomeOptions::default()
+        }
+    }
+}
+
+impl From<&HomeOptions> for HomeOptions {
+    fn from(o: &HomeOptions) -> HomeOptions {
+        o.clone()
+    }
+}
+
+/// The home's exclusive lock, shared by the [`Home`] and its databases: released when the
+/// last of them is dropped.
 #[derive(Debug)]
 struct HomeLock(Box<dyn FsFile>);
 
@@ -44,24 +133,111 @@ impl Drop for HomeLock {
     }
 }
 
+/// The file system a journal home's engine runs on: the home's, with the lock riding on it
+/// and on every file opened through it (a [`JournalEngine`] has no `keep_alive`; it keeps
+/// its file system and its files for its whole life, so the lock does too).
+#[derive(Debug)]
+struct LockedFs {
+    inner: Arc<dyn FileSystem>,
+    lock: Arc<HomeLock>,
+}
+
+/// A file of a [`LockedFs`]. Fields drop in order: the file is closed before its lock
+/// clone is released.
+#[derive(Debug)]
+struct LockedFile {
+    file: Box<dyn FsFile>,
+    _lock: Arc<HomeLock>,
+}
+
+impl FileSystem for LockedFs {
+    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        self.inner.create_dir_all(dir)
+    }
+    fn open_file(&self, path: &Path, mode: OpenMode) -> std::io::Result<Box<dyn FsFile>> {
+        Ok(Box::new(LockedFile {
+            file: self.inner.open_file(path, mode)?,
+            _lock: self.lock.clone(),
+        }))
+    }
+    fn exists(&self, path: &Path) -> std::io::Result<bool> {
+        self.inner.exists(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        self.inner.remove_file(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+    fn allocated_bytes(&self, path: &Path) -> std::io::Result<u64> {
+        self.inner.allocated_bytes(path)
+    }
+}
+
+impl FsFile for LockedFile {
+    fn len(&self) -> std::io::Result<u64> {
+        self.file.len()
+    }
+    fn read_at(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+        self.file.read_at(offset, out)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.file.write_at(offset, data)
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.file.set_len(len)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.file.sync_data()
+    }
+    fn sync_all(&self) -> std::io::Result<()> {
+        self.file.sync_all()
+    }
+    fn try_lock_exclusive(&self) -> std::io::Result<bool> {
+        self.file.try_lock_exclusive()
+    }
+    fn unlock(&self) -> std::io::Result<()> {
+        self.file.unlock()
+    }
+    fn into_std(self: Box<Self>) -> std::result::Result<std::fs::File, Box<dyn FsFile>> {
+        // Never unwrapped: the lock must live exactly as long as the file (the index then
+        // runs through the file layer, as on a simulated file system).
+        Err(self)
+    }
+}
+
+/// The engine-specific handles of an open home.
+#[derive(Debug)]
+enum Storage {
+    Redb([Arc<RedbDb>; 3]),
+    Journal(JournalEngine),
+}
+
 /// An open home directory.
 ///
 /// Its lock is held while the `Home` or any of its databases (`block_store_db`, `state_db`,
 /// `app_db`, and every clone of them, e.g. inside a [`crate::Node`]) is alive: dropping the
 /// `Home` while a node still uses its databases keeps the home locked until the node is
 /// dropped too. [`crate::Node::open_home`] builds a node that owns its home.
+///
+/// The databases are `Db`s on either engine; [`Home::redb_dbs`] and [`Home::journal`] give
+/// the engine's own handles (counters, per-file sizes, checkpoints).
 #[derive(Debug)]
 pub struct Home {
     path: PathBuf,
     /// Kept for the `Home`'s own lifetime; each database holds a clone.
     _lock: Arc<HomeLock>,
     fs: Arc<dyn FileSystem>,
+    storage: Storage,
     /// The block store's database.
-    pub block_store_db: Arc<RedbDb>,
+    pub block_store_db: Arc<dyn Db>,
     /// The state's database.
-    pub state_db: Arc<RedbDb>,
+    pub state_db: Arc<dyn Db>,
     /// The application's database.
-    pub app_db: Arc<RedbDb>,
+    pub app_db: Arc<dyn Db>,
 }
 
 fn home_err(path: &Path, op: &'static str) -> impl FnOnce(std::io::Error) -> Error {
@@ -69,16 +245,67 @@ fn home_err(path: &Path, op: &'static str) -> impl FnOnce(std::io::Error) -> Err
     move |source| Error::Home { path, op, source }
 }
 
+fn not_a_home(path: &Path, op: &'static str) -> Error {
+    Error::Home {
+        path: path.to_path_buf(),
+        op,
+        source: std::io::Error::from(std::io::ErrorKind::InvalidData),
+    }
+}
+
+/// The bytes of a new home's `FORMAT` on `engine`: a redb home's are exactly those of
+/// format 2 before engines existed, so older builds open it too.
+pub(crate) fn format_text(engine: HomeEngine) -> String {
+    match engine {
+        HomeEngine::Redb => format!("{FORMAT_PREFIX}{HOME_FORMAT_VERSION}\n"),
+        e => format!("{FORMAT_PREFIX}{HOME_FORMAT_VERSION}\n{FORMAT_ENGINE_PREFIX}{e}\n"),
+    }
+}
+
+/// Parses a `FORMAT` file: the version line, then at most one `engine <name>` line (none:
+/// redb).
+fn parse_format(path: &Path, text: &str) -> Result<HomeEngine> {
+    let mut lines = text.lines();
+    let found = lines
+        .next()
+        .and_then(|l| l.trim().strip_prefix(FORMAT_PREFIX))
+        .and_then(|v| v.parse::<u32>().ok())
+        .ok_or_else(|| not_a_home(path, "read FORMAT (not a flushpoint home)"))?;
+    if found != HOME_FORMAT_VERSION {
+        return Err(Error::HomeVersion {
+            path: path.to_path_buf(),
+            found,
+            expected: HOME_FORMAT_VERSION,
+        });
+    }
+    let mut engine = None;
+    for line in lines.map(str::trim).filter(|l| !l.is_empty()) {
+        let name = line
+            .strip_prefix(FORMAT_ENGINE_PREFIX)
+            .filter(|_| engine.is_none())
+            .ok_or_else(|| not_a_home(path, "read FORMAT (an unexpected line)"))?;
+        engine = Some(HomeEngine::from_name(name.trim()).ok_or_else(|| {
+            not_a_home(
+                path,
+                "read FORMAT (an engine this build does not know; a newer flushpoint wrote it)",
+            )
+        })?);
+    }
+    Ok(engine.unwrap_or(HomeEngine::Redb))
+}
+
 impl Home {
-    /// Creates (if needed) and opens the home at `path`, taking its lock.
+    /// Creates (if needed) and opens the home at `path`, taking its lock: an existing home
+    /// on the engine it records, a new one on redb.
     ///
     /// Fails at once with [`Error::HomeLocked`] if another handle holds it, and with
     /// [`Error::HomeVersion`] if it was written by another format version.
     pub fn open(path: &Path) -> Result<Home> {
-        Self::open_with(path, &RedbOptions::default())
+        Self::open_with(path, HomeOptions::default())
     }
 
-    /// Opens an existing home only; a missing directory is an error.
+    /// Opens an existing home only (on the engine it records); a missing directory is an
+    /// error.
     pub fn open_existing(path: &Path) -> Result<Home> {
         if !StdFs
             .exists(&path.join(FORMAT_FILE))
@@ -93,20 +320,26 @@ impl Home {
         Self::open(path)
     }
 
-    /// As [`Home::open`], with redb options.
-    pub fn open_with(path: &Path, options: &RedbOptions) -> Result<Home> {
+    /// As [`Home::open`], with options: [`HomeOptions`] (the engine to create or insist
+    /// on), or a `&RedbOptions` (the recorded engine).
+    pub fn open_with(path: &Path, options: impl Into<HomeOptions>) -> Result<Home> {
         Self::open_on(Arc::new(StdFs), path, options)
     }
 
     /// As [`Home::open_with`], on the file system `fs` (tests pass a simulated one): every
     /// file operation of the home and of its databases goes through it.
     ///
-    /// A rollback interrupted by a crash is finished here when its remaining steps need no
-    /// app (the databases are then at its target when this returns `Ok`); otherwise the home
-    /// is refused with [`Error::RollbackInterrupted`], nothing changed (see
-    /// [`crate::rollback`]).
-    pub fn open_on(fs: Arc<dyn FileSystem>, path: &Path, options: &RedbOptions) -> Result<Home> {
-        let home = Self::open_unchecked(fs, path, options)?;
+    /// An explicit engine other than the recorded one is refused with
+    /// [`Error::HomeEngine`] before anything is written. A rollback interrupted by a crash
+    /// is finished here when its remaining steps need no app (the databases are then at its
+    /// target when this returns `Ok`); otherwise the home is refused with
+    /// [`Error::RollbackInterrupted`], nothing changed (see [`crate::rollback`]).
+    pub fn open_on(
+        fs: Arc<dyn FileSystem>,
+        path: &Path,
+        options: impl Into<HomeOptions>,
+    ) -> Result<Home> {
+        let home = Self::open_unchecked(fs, path, &options.into())?;
         // Never hand out a half-rolled-back home: the handshake would take its shape for a
         // crash it repairs and undo the rollback.
         crate::rollback::finish_or_refuse(&home)?;
@@ -117,7 +350,7 @@ impl Home {
     pub(crate) fn open_unchecked(
         fs: Arc<dyn FileSystem>,
         path: &Path,
-        options: &RedbOptions,
+        options: &HomeOptions,
     ) -> Result<Home> {
         // The directory's entry must be durable before anything in it is: a synced database
         // in a directory whose own name a power cut loses is lost with it.
@@ -136,57 +369,87 @@ impl Home {
             Err(e) => return Err(home_err(path, "lock")(e)),
         }
         let lock = Arc::new(HomeLock(lock));
-        Self::check_format(&*fs, path)?;
-        let open = |file: &str, name: &str| -> Result<Arc<RedbDb>> {
-            let mut db = RedbDb::open_on(fs.clone(), &path.join(file), name, options)?;
-            // The database keeps the home locked until it is closed: a handle that outlives
-            // the `Home` must not let a second open reach its file.
-            db.keep_alive(lock.clone());
-            Ok(Arc::new(db))
+        // Decided (and, for a new home, durable) before any database is opened: a refusal
+        // writes nothing, and no database exists without the FORMAT naming its engine.
+        let engine = Self::check_format(&*fs, path, options.engine)?;
+        let storage = match engine {
+            HomeEngine::Redb => {
+                let open = |file: &str, name: &str| -> Result<Arc<RedbDb>> {
+                    let mut db =
+                        RedbDb::open_on(fs.clone(), &path.join(file), name, &options.redb)?;
+                    // The database keeps the home locked until it is closed: a handle that
+                    // outlives the `Home` must not let a second open reach its file.
+                    db.keep_alive(lock.clone());
+                    Ok(Arc::new(db))
+                };
+                Storage::Redb([
+                    open(BLOCK_STORE_FILE, DB_NAMES[0])?,
+                    open(STATE_FILE, DB_NAMES[1])?,
+                    open(APP_FILE, DB_NAMES[2])?,
+                ])
+            }
+            HomeEngine::Journal => {
+                // Every file of the engine holds the lock until it is closed (see LockedFs).
+                let locked: Arc<dyn FileSystem> = Arc::new(LockedFs {
+                    inner: fs.clone(),
+                    lock: lock.clone(),
+                });
+                Storage::Journal(JournalEngine::open(
+                    locked,
+                    &path.join(JOURNAL_DIR),
+                    options.journal.clone(),
+                )?)
+            }
+        };
+        let [block_store_db, state_db, app_db]: [Arc<dyn Db>; 3] = match &storage {
+            Storage::Redb(dbs) => dbs.clone().map(|d| d as Arc<dyn Db>),
+            Storage::Journal(engine) => [
+                engine.keyspace(DB_NAMES[0])? as Arc<dyn Db>,
+                engine.keyspace(DB_NAMES[1])? as Arc<dyn Db>,
+                engine.keyspace(DB_NAMES[2])? as Arc<dyn Db>,
+            ],
         };
         Ok(Home {
-            block_store_db: open(BLOCK_STORE_FILE, "block store")?,
-            state_db: open(STATE_FILE, "state")?,
-            app_db: open(APP_FILE, "app")?,
+            block_store_db,
+            state_db,
+            app_db,
+            storage,
             path: path.to_path_buf(),
             _lock: lock,
             fs,
         })
     }
 
-    fn check_format(fs: &dyn FileSystem, path: &Path) -> Result<()> {
+    /// Reads `FORMAT` (version and engine) and checks `asked` against it; for a new home,
+    /// writes it durably, recording `asked` (redb when `None`).
+    fn check_format(
+        fs: &dyn FileSystem,
+        path: &Path,
+        asked: Option<HomeEngine>,
+    ) -> Result<HomeEngine> {
         let fpath = path.join(FORMAT_FILE);
         match fs.open_file(&fpath, OpenMode::Existing) {
             Ok(f) => {
                 let mut bytes = vec![0; f.len().map_err(home_err(path, "read FORMAT"))? as usize];
                 f.read_at(0, &mut bytes)
                     .map_err(home_err(path, "read FORMAT"))?;
-                let s = String::from_utf8_lossy(&bytes);
-                let found = s
-                    .trim()
-                    .strip_prefix("flushpoint home format ")
-                    .and_then(|v| v.parse::<u32>().ok())
-                    .ok_or_else(|| Error::Home {
+                let recorded = parse_format(path, &String::from_utf8_lossy(&bytes))?;
+                match asked {
+                    Some(requested) if requested != recorded => Err(Error::HomeEngine {
                         path: path.to_path_buf(),
-                        op: "read FORMAT (not a flushpoint home)",
-                        source: std::io::Error::from(std::io::ErrorKind::InvalidData),
-                    })?;
-                if found != HOME_FORMAT_VERSION {
-                    return Err(Error::HomeVersion {
-                        path: path.to_path_buf(),
-                        found,
-                        expected: HOME_FORMAT_VERSION,
-                    });
+                        recorded,
+                        requested,
+                    }),
+                    _ => Ok(recorded),
                 }
-                Ok(())
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let engine = asked.unwrap_or(HomeEngine::Redb);
                 let tmp = path.join("FORMAT.tmp");
                 let f = fs
                     .open_file(&tmp, OpenMode::CreateTruncate)
                     .map_err(home_err(path, "create FORMAT"))?;
-                let text = format!("flushpoint home format {HOME_FORMAT_VERSION}\n");
-                f.write_at(0, text.as_bytes())
+                f.write_at(0, format_text(engine).as_bytes())
                     .map_err(home_err(path, "write FORMAT"))?;
                 // Without this sync the rename can survive a power cut with the bytes lost:
                 // an empty FORMAT, which every later open refuses as "not a flushpoint home".
@@ -194,10 +457,11 @@ impl Home {
                 fs.rename(&tmp, &fpath)
                     .map_err(home_err(path, "rename FORMAT"))?;
                 // The FORMAT file's directory entry must be durable before any database is:
-                // a home with databases and no FORMAT would be taken for any version's.
+                // a home with databases and no FORMAT would be taken for any version's, and a
+                // journal whose FORMAT a cut lost would be opened as a new redb home.
                 fs.sync_dir(path)
                     .map_err(home_err(path, "fsync home directory"))?;
-                Ok(())
+                Ok(engine)
             }
             Err(e) => Err(home_err(path, "open FORMAT")(e)),
         }
@@ -208,8 +472,82 @@ impl Home {
         &self.path
     }
 
+    /// The engine the home's databases live on (the one its `FORMAT` records).
+    pub fn engine(&self) -> HomeEngine {
+        match self.storage {
+            Storage::Redb(_) => HomeEngine::Redb,
+            Storage::Journal(_) => HomeEngine::Journal,
+        }
+    }
+
+    /// On a redb home, its three databases as redb handles (block store, state, app: the
+    /// same databases as the `Db` fields), for what only redb has (backend counters, the
+    /// file's path and size); `None` on a journal home.
+    pub fn redb_dbs(&self) -> Option<[&Arc<RedbDb>; 3]> {
+        match &self.storage {
+            Storage::Redb([b, s, a]) => Some([b, s, a]),
+            Storage::Journal(_) => None,
+        }
+    }
+
+    /// On a journal home, its engine (counts, checkpoints, disk size); `None` on redb.
+    pub fn journal(&self) -> Option<&JournalEngine> {
+        match &self.storage {
+            Storage::Journal(e) => Some(e),
+            Storage::Redb(_) => None,
+        }
+    }
+
+    /// Bytes the home's databases occupy on disk: the three redb files, or the journal's
+    /// segments and index.
+    pub fn disk_size_bytes(&self) -> Result<u64> {
+        match &self.storage {
+            Storage::Redb(dbs) => dbs.iter().map(|d| d.disk_size_bytes()).sum(),
+            Storage::Journal(e) => e.disk_size_bytes(),
+        }
+    }
+
     /// The file system the home was opened on.
     pub(crate) fn fs(&self) -> &dyn FileSystem {
         &*self.fs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_text_parses_back_to_its_engine_and_redb_keeps_the_old_bytes() {
+        let p = Path::new("/h");
+        assert_eq!(
+            format_text(HomeEngine::Redb),
+            format!("flushpoint home format {HOME_FORMAT_VERSION}\n")
+        );
+        for e in [HomeEngine::Redb, HomeEngine::Journal] {
+            assert_eq!(parse_format(p, &format_text(e)).unwrap(), e);
+            assert_eq!(HomeEngine::from_name(e.name()), Some(e));
+        }
+    }
+
+    #[test]
+    fn format_parser_refuses_unknown_engines_extra_lines_and_other_versions() {
+        let p = Path::new("/h");
+        for bad in [
+            "flushpoint home format 2\nengine rocks\n",
+            "flushpoint home format 2\nengine journal\nengine redb\n",
+            "flushpoint home format 2\nsomething\n",
+            "flushpoint home format\n",
+            "",
+        ] {
+            assert!(
+                matches!(parse_format(p, bad), Err(Error::Home { .. })),
+                "{bad:?} accepted"
+            );
+        }
+        assert!(matches!(
+            parse_format(p, "flushpoint home format 3\nengine journal\n"),
+            Err(Error::HomeVersion { found: 3, .. })
+        ));
     }
 }

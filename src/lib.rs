@@ -97,7 +97,7 @@ pub use fs::{
     SimStats, StdFile, StdFs, create_dir_all_durably,
 };
 pub use holding::{FrozenWindow, HeldStore, HeldWrite, HoldingDb};
-pub use home::{HOME_FORMAT_VERSION, Home};
+pub use home::{HOME_FORMAT_VERSION, Home, HomeEngine, HomeOptions, JOURNAL_DIR};
 pub use journal::{
     APPLY_BATCH_DELAY, Applier, CHECKPOINT_BYTES, CHECKPOINT_INTERVAL, INDEX_FILE, JournalCounts,
     JournalDb, JournalEngine, JournalOptions, KEYSPACE_NAME_BYTES_MAX, OVERLAY_BYTES_MAX,

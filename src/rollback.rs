@@ -44,7 +44,7 @@ use crate::chain::{
     Chain, ChainBlock, ChainCommit, ChainResults, ChainState, HistorySlot, StoredHistory,
 };
 use crate::codec::{Reader, RecordKind, Writer};
-use crate::db::{Db, RedbOptions};
+use crate::db::Db;
 use crate::error::{CorruptReason, Error, Heights, Result, RollbackRefusal, hex};
 use crate::fs::{FileSystem, OpenMode, StdFs};
 use crate::home::Home;
@@ -389,15 +389,16 @@ impl Home {
     /// Opens an existing home for [`rollback`] on the real file system: as
     /// [`Home::open_existing`], but an interrupted rollback is left for the caller to finish.
     pub fn open_for_rollback(path: &Path) -> Result<Home> {
-        Self::open_for_rollback_on(Arc::new(StdFs), path, &RedbOptions::default())
+        Self::open_for_rollback_on(Arc::new(StdFs), path, crate::home::HomeOptions::default())
     }
 
-    /// As [`Home::open_for_rollback`], on the file system `fs`. A directory without a
-    /// flushpoint home is an error; nothing is created.
+    /// As [`Home::open_for_rollback`], on the file system `fs`, with options (as
+    /// [`Home::open_with`]). A directory without a flushpoint home is an error; nothing is
+    /// created.
     pub fn open_for_rollback_on(
         fs: Arc<dyn FileSystem>,
         path: &Path,
-        options: &RedbOptions,
+        options: impl Into<crate::home::HomeOptions>,
     ) -> Result<Home> {
         if !fs
             .exists(&path.join(crate::home::FORMAT_FILE))
@@ -409,7 +410,7 @@ impl Home {
                 source: std::io::Error::from(std::io::ErrorKind::NotFound),
             });
         }
-        Home::open_unchecked(fs, path, options)
+        Home::open_unchecked(fs, path, &options.into())
     }
 }
 

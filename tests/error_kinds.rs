@@ -156,6 +156,14 @@ fn every_variant_has_its_kind() {
             ErrorKind::Incompatible,
         ),
         (
+            Error::HomeEngine {
+                path: "/tmp/h".into(),
+                recorded: flushpoint::HomeEngine::Journal,
+                requested: flushpoint::HomeEngine::Redb,
+            },
+            ErrorKind::Incompatible,
+        ),
+        (
             Error::Inconsistent {
                 heights,
                 record: "absent".into(),

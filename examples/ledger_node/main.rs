@@ -44,7 +44,8 @@ fn open(dir: &Path, chain: &Ledger) -> flushpoint::Result<(Node<Ledger>, Handsha
 /// `sync_data` calls the home's three database files have made so far.
 fn home_syncs(node: &Node<Ledger>) -> u64 {
     let home = node.home().expect("opened with open_home");
-    [&home.block_store_db, &home.state_db, &home.app_db]
+    home.redb_dbs()
+        .expect("a new home is a redb home")
         .iter()
         .map(|db| db.backend_counts().sync_data_calls)
         .sum()

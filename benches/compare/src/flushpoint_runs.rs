@@ -223,12 +223,17 @@ fn open_dbs(mode: FpMode, dir: &Path) -> Result<Dbs, String> {
     })
 }
 
+/// A bench home's three redb databases (the benches open redb homes: `Home::open`).
+fn redb_dbs(home: &Home) -> Result<[&Arc<flushpoint::RedbDb>; 3], String> {
+    home.redb_dbs()
+        .ok_or_else(|| format!("home {} is not a redb home", home.path().display()))
+}
+
 fn redb_syncs(home: &Option<Home>) -> u64 {
     home.as_ref().map_or(0, |h| {
-        [&h.block_store_db, &h.state_db, &h.app_db]
-            .iter()
-            .map(|d| d.backend_counts().sync_data_calls)
-            .sum()
+        h.redb_dbs().map_or(0, |dbs| {
+            dbs.iter().map(|d| d.backend_counts().sync_data_calls).sum()
+        })
     })
 }
 
@@ -247,13 +252,10 @@ pub fn run_write(
 ) -> Result<FpRunOut, String> {
     let spec = ChainSpec::new(CHAIN_SEED, profile(profile_name)?);
     let dbs = open_dbs(mode, dir)?;
-    let backend = dbs.home.as_ref().map(|h| {
-        [
-            h.block_store_db.backend_counters(),
-            h.state_db.backend_counters(),
-            h.app_db.backend_counters(),
-        ]
-    });
+    let backend = match &dbs.home {
+        Some(h) => Some(redb_dbs(h)?.map(|d| d.backend_counters())),
+        None => None,
+    };
     let [tb, ts, ta] = dbs.top.clone();
     let app = KvApp::open(Arc::new(HoldingDb::new(ta))).map_err(fp_err("open app"))?;
     let (mut node, _) = Node::open(tb, ts, Box::new(app), spec.chain(), Box::new(NoEvents))
@@ -359,15 +361,10 @@ pub fn path_is_the_modes(mode: FpMode, synced: u64, blocks: u64, flush_points: u
     }
 }
 
-fn durable_heights<D: Db + 'static>(
-    bs: Arc<D>,
-    st: Arc<D>,
-    app: Arc<D>,
-) -> Result<[u64; 3], String> {
-    let bs = BlockStore::<flushpoint::demo::Block>::open(bs as Arc<dyn Db>)
-        .map_err(fp_err("block store"))?;
-    let st = StateStore::<flushpoint::demo::DemoChain>::open(st as Arc<dyn Db>);
-    let app = KvApp::open(Arc::new(HoldingDb::new(app as Arc<dyn Db>))).map_err(fp_err("app"))?;
+fn durable_heights(bs: Arc<dyn Db>, st: Arc<dyn Db>, app: Arc<dyn Db>) -> Result<[u64; 3], String> {
+    let bs = BlockStore::<flushpoint::demo::Block>::open(bs).map_err(fp_err("block store"))?;
+    let st = StateStore::<flushpoint::demo::DemoChain>::open(st);
+    let app = KvApp::open(Arc::new(HoldingDb::new(app))).map_err(fp_err("app"))?;
     let (_, o) = flushpoint::observe(&bs, &st, &app).map_err(fp_err("observe"))?;
     Ok([o.block_store_height, o.state_height, o.app_height])
 }
@@ -919,11 +916,7 @@ pub fn index_bench(dir: &Path, cfg: &IndexConfig) -> Result<Vec<IndexRow>, Strin
     let mut rows = Vec::new();
     let e = |x: flushpoint::Error| x.to_string();
     let home = Home::open_existing(dir).map_err(e)?;
-    let counters = [
-        home.block_store_db.backend_counters(),
-        home.state_db.backend_counters(),
-        home.app_db.backend_counters(),
-    ];
+    let counters = redb_dbs(&home)?.map(|d| d.backend_counters());
     let disk = [
         home.block_store_db.clone() as Arc<dyn Db>,
         home.state_db.clone() as Arc<dyn Db>,
@@ -964,12 +957,8 @@ pub fn index_bench(dir: &Path, cfg: &IndexConfig) -> Result<Vec<IndexRow>, Strin
         cache_bytes: COLD_CACHE_BYTES,
     };
     let home = Home::open_with(dir, &options).map_err(e)?;
-    let counters = [
-        home.block_store_db.backend_counters(),
-        home.state_db.backend_counters(),
-        home.app_db.backend_counters(),
-    ];
-    let files: Vec<std::path::PathBuf> = [&home.block_store_db, &home.state_db, &home.app_db]
+    let counters = redb_dbs(&home)?.map(|d| d.backend_counters());
+    let files: Vec<std::path::PathBuf> = redb_dbs(&home)?
         .iter()
         .filter_map(|d| d.path().map(Path::to_path_buf))
         .collect();

@@ -30,7 +30,7 @@ use clap::Args;
 use serde::Serialize;
 
 use super::dbwrap::{CRASH_TEST_ENV, MARKER, MARKER_GATE_ENV};
-use super::{CliError, CliResult, HOME_ENV, ProfileArg};
+use super::{CliError, CliResult, EngineArg, HOME_ENV, ProfileArg};
 
 /// A child that prints nothing for this long is hung: it is killed and the test fails (a
 /// watchdog only; no kill is timed).
@@ -60,6 +60,9 @@ pub struct CrashArgs {
     /// Block sizes.
     #[arg(long, value_enum, default_value_t = ProfileArg::Light)]
     pub profile: ProfileArg,
+    /// Storage engine of the test homes (every child runs `sync --engine` with it).
+    #[arg(long, value_enum, default_value_t = EngineArg::Redb)]
+    pub engine: EngineArg,
     /// A flush point every this many blocks in the children (more flush points to hit).
     #[arg(long, default_value_t = 25)]
     pub flush_every: u64,
@@ -161,6 +164,7 @@ impl Runner<'_> {
             .args(["--seed", &a.seed.to_string()])
             .args(["--profile", a.profile.name()])
             .args(["--flush-every", &a.flush_every.to_string()])
+            .args(["--engine", a.engine.engine().name()])
             // Synchronous flush points: every marker then comes from one thread, in one
             // order, so a seed replays the same kills. Background flush points write the same
             // batches in the same order (ADR 0004); the power-cut suites cover them.
@@ -305,6 +309,7 @@ struct CrashReport {
     blocks: u64,
     consensus_blocks: u64,
     profile: &'static str,
+    engine: &'static str,
     flush_every: u64,
     kills: u32,
     kills_in_flush: u32,
@@ -386,11 +391,12 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
     let run_time = r.run_time.unwrap_or_default();
     if !a.json {
         println!(
-            "crash-test: seed {}, chain of {} block-synced + {} consensus blocks (profile {}, a flush point every {} blocks), {} kills",
+            "crash-test: seed {}, chain of {} block-synced + {} consensus blocks (profile {}, {} engine, a flush point every {} blocks), {} kills",
             a.seed,
             a.blocks,
             a.consensus_blocks,
             a.profile.name(),
+            a.engine.engine().name(),
             a.flush_every,
             a.kills
         );
@@ -408,6 +414,7 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
         blocks: a.blocks,
         consensus_blocks: a.consensus_blocks,
         profile: a.profile.name(),
+        engine: a.engine.engine().name(),
         flush_every: a.flush_every,
         kills: 0,
         kills_in_flush: 0,
@@ -595,12 +602,16 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
     Ok(())
 }
 
+/// Copies a home's files, and its subdirectories' (a journal home's `journal/`).
 fn copy_home(src: &Path, dst: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dst)?;
     for e in std::fs::read_dir(src)? {
         let e = e?;
-        if e.file_type()?.is_file() {
+        let t = e.file_type()?;
+        if t.is_file() {
             std::fs::copy(e.path(), dst.join(e.file_name()))?;
+        } else if t.is_dir() {
+            copy_home(&e.path(), &dst.join(e.file_name()))?;
         }
     }
     Ok(())

@@ -16,7 +16,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
 use bytes::Bytes;
-use flushpoint::{Batch, Db, DbIter, Direction, Durability, EntryRef, KeyRange, Result};
+use flushpoint::{
+    Batch, Db, DbIter, Direction, Durability, EntryRef, KeyRange, Result, UnitGroup, UnitMember,
+    UnitPart,
+};
 
 /// Environment variable that makes `sync` print `@fp` markers for `crash-test`.
 pub const CRASH_TEST_ENV: &str = "FLUSHPOINT_CRASH_TEST";
@@ -129,6 +132,8 @@ pub struct CliDb {
     which: Which,
     downgrade_sync: bool,
     probe: Option<Arc<Probe>>,
+    /// The database's place in the CLI's unit group (a journal home): see [`CliUnitGroup`].
+    unit: Option<UnitMember>,
 }
 
 impl CliDb {
@@ -144,7 +149,66 @@ impl CliDb {
             which,
             downgrade_sync,
             probe,
+            unit: None,
         }
+    }
+
+    /// The same wrapper, a member `name` of `group` (the CLI's [`CliUnitGroup`] over the
+    /// journal's): the node then writes its flush points and consensus blocks as units.
+    pub fn in_group(mut self, group: Arc<CliUnitGroup>, name: String) -> Self {
+        self.unit = Some(UnitMember {
+            group: group as Arc<dyn UnitGroup>,
+            name,
+        });
+        self
+    }
+}
+
+/// A journal's unit group as the CLI hands it to the node (ADR 0011): `--mode no-sync`
+/// downgrades a unit as [`CliDb`] downgrades a batch; under the crash test a flush point's
+/// unit is announced with the markers of the three steps it replaces — the block store's
+/// around the one write (a kill at `flush-write-begin block-store` lands before the unit,
+/// every later one after it) — so `crash-test` times its kills on either engine.
+#[derive(Debug)]
+pub struct CliUnitGroup {
+    inner: Arc<dyn UnitGroup>,
+    downgrade_sync: bool,
+    probe: Option<Arc<Probe>>,
+}
+
+impl CliUnitGroup {
+    /// Wraps the journal's group.
+    pub fn new(inner: Arc<dyn UnitGroup>, downgrade_sync: bool, probe: Option<Arc<Probe>>) -> Self {
+        CliUnitGroup {
+            inner,
+            downgrade_sync,
+            probe,
+        }
+    }
+}
+
+impl UnitGroup for CliUnitGroup {
+    fn write_unit(&self, parts: &mut [UnitPart<'_, '_>], durability: Durability) -> Result<()> {
+        let d = if self.downgrade_sync {
+            Durability::Buffered
+        } else {
+            durability
+        };
+        let probe = match (&self.probe, durability) {
+            (Some(p), Durability::Synced) if p.phase() == Phase::BlockSync => p,
+            _ => return self.inner.write_unit(parts, d),
+        };
+        let n = probe.flushes.fetch_add(1, Ordering::SeqCst) + 1;
+        probe.mark(&format!("flush-begin n={n}"));
+        probe.mark("flush-write-begin block-store");
+        self.inner.write_unit(parts, d)?;
+        probe.mark("flush-write-done block-store");
+        for what in ["state", "app"] {
+            probe.mark(&format!("flush-write-begin {what}"));
+            probe.mark(&format!("flush-write-done {what}"));
+        }
+        probe.mark("flush-end");
+        Ok(())
     }
 }
 
@@ -219,5 +283,8 @@ impl Db for CliDb {
     }
     fn disk_size_bytes(&self) -> Result<u64> {
         self.inner.disk_size_bytes()
+    }
+    fn unit_group(&self) -> Option<UnitMember> {
+        self.unit.clone()
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! Invariant: inspect never writes to the databases: it reads through `observe` and
 //! `classify` (pure) and never opens a `Node`. (Opening redb after a crash may run redb's
-//! own file-level recovery; no record changes.)
+//! own file-level recovery, and opening a journal home runs the journal's recovery and
+//! checkpoint (ADR 0008); no record changes.)
 
 use std::path::PathBuf;
 
@@ -24,6 +25,19 @@ pub struct InspectArgs {
     pub json: bool,
 }
 
+/// What `inspect` shows of a journal home's engine.
+#[derive(Debug, Serialize)]
+pub struct JournalInspect {
+    /// Bytes of its segments and index on disk.
+    pub disk_size_bytes: u64,
+    /// The last unit applied to the index, after opening (recovery applies every unit).
+    pub applied_seq: u64,
+    /// The last unit the index's durable checkpoint covers.
+    pub checkpoint_seq: u64,
+    /// The engine's counts since this process opened it (its recovery's work).
+    pub counts: flushpoint::JournalCounts,
+}
+
 /// The handshake's verdict.
 #[derive(Debug, Serialize)]
 pub struct Classification {
@@ -40,6 +54,8 @@ pub struct Classification {
 pub struct InspectReport {
     /// The home.
     pub home: String,
+    /// The home's storage engine: `redb` or `journal`.
+    pub engine: &'static str,
     /// Raw heights on disk.
     pub heights: HeightsJson,
     /// The block store's base (lowest stored height).
@@ -48,8 +64,11 @@ pub struct InspectReport {
     pub flush_record: Option<flushpoint::FlushRecord>,
     /// The app hash on disk (hex).
     pub app_hash: String,
-    /// On-disk size per database.
+    /// On-disk size per database (redb: `block_store`, `state`, `app`; journal: `journal`,
+    /// the three databases' shared segments and index).
     pub disk_size_bytes: std::collections::BTreeMap<&'static str, u64>,
+    /// The journal's figures, on a journal home.
+    pub journal: Option<JournalInspect>,
     /// The target of a rollback a crash interrupted, if the home holds one.
     pub rollback_in_progress: Option<u64>,
     /// The handshake's classification.
@@ -129,19 +148,34 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
     .map_err(err)?
     .base();
     let mut disk = std::collections::BTreeMap::new();
-    disk.insert(
-        "block_store",
-        home.block_store_db.disk_size_bytes().map_err(err)?,
-    );
-    disk.insert("state", home.state_db.disk_size_bytes().map_err(err)?);
-    disk.insert("app", home.app_db.disk_size_bytes().map_err(err)?);
+    if let Some([b, s, a]) = home.redb_dbs() {
+        disk.insert("block_store", b.disk_size_bytes().map_err(err)?);
+        disk.insert("state", s.disk_size_bytes().map_err(err)?);
+        disk.insert("app", a.disk_size_bytes().map_err(err)?);
+    }
+    let journal = match home.journal() {
+        Some(j) => {
+            let (applied_seq, checkpoint_seq) = j.applied_and_checkpoint_seq();
+            let disk_size_bytes = j.disk_size_bytes().map_err(err)?;
+            disk.insert("journal", disk_size_bytes);
+            Some(JournalInspect {
+                disk_size_bytes,
+                applied_seq,
+                checkpoint_seq,
+                counts: j.counts(),
+            })
+        }
+        None => None,
+    };
     let report = InspectReport {
         home: home_path.display().to_string(),
+        engine: home.engine().name(),
         heights,
         base,
         flush_record: observed.record,
         app_hash,
         disk_size_bytes: disk,
+        journal,
         rollback_in_progress,
         classification: match rollback_in_progress {
             Some(t) => Classification {
@@ -161,7 +195,7 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
         );
         return Ok(());
     }
-    println!("home {}", report.home);
+    println!("home {} ({} engine)", report.home, report.engine);
     println!(
         "heights: block store {} (base {}), state {}, app {}",
         heights.block_store, base, heights.state, heights.app
@@ -175,12 +209,22 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
         ))
     );
     println!("app hash: {}", report.app_hash);
-    println!(
-        "on disk: block store {}, state {}, app {}",
-        human_bytes(report.disk_size_bytes["block_store"]),
-        human_bytes(report.disk_size_bytes["state"]),
-        human_bytes(report.disk_size_bytes["app"])
-    );
+    match &report.journal {
+        None => println!(
+            "on disk: block store {}, state {}, app {}",
+            human_bytes(report.disk_size_bytes["block_store"]),
+            human_bytes(report.disk_size_bytes["state"]),
+            human_bytes(report.disk_size_bytes["app"])
+        ),
+        Some(j) => println!(
+            "on disk: journal {} (segments and index, shared by the three databases); units applied through {}, checkpoint at {}; since opening: {} checkpoint(s), {} sync_data",
+            human_bytes(j.disk_size_bytes),
+            j.applied_seq,
+            j.checkpoint_seq,
+            j.counts.checkpoints,
+            j.counts.journal_sync_data_calls + j.counts.index.sync_data_calls
+        ),
+    }
     let c = &report.classification;
     println!(
         "classification: {}{} — {}",

@@ -46,6 +46,24 @@ enum Command {
     Rollback(rollback::RollbackArgs),
 }
 
+/// Storage engine of a new home (mirrors `flushpoint::HomeEngine`; ADR 0012).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EngineArg {
+    /// Three redb files (the default for a new home).
+    Redb,
+    /// One journal: the three databases as keyspaces of one journal engine (ADR 0008).
+    Journal,
+}
+
+impl EngineArg {
+    fn engine(self) -> flushpoint::HomeEngine {
+        match self {
+            EngineArg::Redb => flushpoint::HomeEngine::Redb,
+            EngineArg::Journal => flushpoint::HomeEngine::Journal,
+        }
+    }
+}
+
 /// Block size profile (mirrors `flushpoint::demo::Profile`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ProfileArg {
@@ -170,6 +188,9 @@ pub fn describe(e: &flushpoint::Error, home: &Path) -> CliError {
             home.display()
         ),
         E::HomeVersion { .. } => text,
+        E::HomeEngine { recorded, .. } => {
+            format!("{text}; leave --engine out, or pass --engine {recorded}")
+        }
         E::Home { source, .. } => match io_hint(source) {
             Some(h) => format!("{text}: {h}"),
             None => text,

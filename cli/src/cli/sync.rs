@@ -15,12 +15,13 @@ use clap::{Args, ValueEnum};
 use flushpoint::demo::{ChainSpec, KvApp};
 use flushpoint::{
     BackendCounters, BlockStore, CountingDb, Db, FlushPolicy, HandshakeCase, HandshakeReport,
-    HoldingDb, Home, Mode, NoEvents, Node, Observed, StateStore, SyncCounters, SyncCounts,
+    HoldingDb, Home, HomeOptions, JournalCounts, Mode, NoEvents, Node, Observed, StateStore,
+    SyncCounters, SyncCounts,
 };
 use serde::Serialize;
 
-use super::dbwrap::{CliDb, Phase, Probe, Which};
-use super::{CliError, CliResult, ProfileArg, describe, human_bytes, peak_rss_bytes};
+use super::dbwrap::{CliDb, CliUnitGroup, Phase, Probe, Which};
+use super::{CliError, CliResult, EngineArg, ProfileArg, describe, human_bytes, peak_rss_bytes};
 
 /// How plain progress lines are spaced when stderr is not a terminal.
 const PLAIN_PROGRESS_INTERVAL: Duration = Duration::from_secs(2);
@@ -70,6 +71,10 @@ pub struct SyncArgs {
     /// Seed of the synthetic chain.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Storage engine of a new home [default: redb]. Chosen only when the home is created:
+    /// an existing home keeps its own, and naming another is refused.
+    #[arg(long, value_enum)]
+    pub engine: Option<EngineArg>,
     /// Print one JSON object instead of the human summary.
     #[arg(long)]
     pub json: bool,
@@ -151,6 +156,15 @@ pub struct Databases {
     pub app: DbSummary,
 }
 
+/// The journal engine's figures (a journal home only).
+#[derive(Debug, Serialize)]
+pub struct JournalSummary {
+    /// The engine's counts since this process opened it (recovery included).
+    pub counts: JournalCounts,
+    /// Bytes its segments and index occupy on disk at the end.
+    pub disk_size_bytes: u64,
+}
+
 /// Synced batches per block.
 #[derive(Debug, Serialize)]
 pub struct FsyncsPerBlock {
@@ -158,7 +172,8 @@ pub struct FsyncsPerBlock {
     pub block_sync: f64,
     /// Over the three databases, during the consensus part.
     pub consensus: f64,
-    /// Real `sync_data` calls per block over the whole run.
+    /// Real `sync_data` calls per block over the whole run (redb: on the three files;
+    /// journal: on its segments and its index).
     pub sync_data_overall: f64,
 }
 
@@ -222,6 +237,8 @@ pub struct SyncSummary {
     pub profile: &'static str,
     /// Mode of the block-sync part.
     pub mode: &'static str,
+    /// The home's storage engine: `redb` or `journal`.
+    pub engine: &'static str,
     /// True for `--mode no-sync`: nothing was synced; a floor, not a crash-safe result.
     pub floor_only: bool,
     /// The height the run ends at (N + M).
@@ -250,8 +267,11 @@ pub struct SyncSummary {
     pub flush_timeline: Vec<FlushJson>,
     /// Key and value bytes written, over the three databases.
     pub bytes_written: u64,
-    /// Per database.
+    /// Per database (on a journal home `sync_data_calls` and `disk_size_bytes` are 0 per
+    /// database: the three share the journal, see `journal`).
     pub databases: Databases,
+    /// The journal's figures, on a journal home.
+    pub journal: Option<JournalSummary>,
     /// Most bytes one database held at once.
     pub peak_held_bytes: u64,
     /// Peak resident set size of the process.
@@ -410,6 +430,14 @@ fn next_block(
     Ok((b, parts, c))
 }
 
+/// Real `sync_data` calls of a journal home's engine so far (segments and index); 0 on redb.
+fn journal_sync_data(home: &Home) -> u64 {
+    home.journal().map_or(0, |j| {
+        let c = j.counts();
+        c.journal_sync_data_calls + c.index.sync_data_calls
+    })
+}
+
 /// Runs `flushpoint sync`.
 pub fn run(a: &SyncArgs) -> CliResult<()> {
     let home_path = super::resolve_home(a.home.as_deref());
@@ -426,7 +454,11 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     if let Some(p) = &probe {
         p.mark("recovery-begin");
     }
-    let home = Home::open(&home_path).map_err(err)?;
+    let options = HomeOptions {
+        engine: a.engine.map(EngineArg::engine),
+        ..HomeOptions::default()
+    };
+    let home = Home::open_with(&home_path, options).map_err(err)?;
     if let Some(p) = &probe {
         // What the handshake is about to find (read-only), so a kill during the repair
         // still tells the crash-test which case it interrupted.
@@ -439,21 +471,32 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     let spec = ChainSpec::new(a.seed, a.profile.profile());
     let no_sync = a.mode == ModeArg::NoSync;
 
-    let wrap = |db: Arc<flushpoint::RedbDb>, which: Which| {
-        let backend = db.backend_counters();
-        let counting = Arc::new(CountingDb::new(db as Arc<dyn Db>));
-        let m = meter(&counting, backend);
-        let cli: Arc<dyn Db> = Arc::new(CliDb::new(
-            counting as Arc<dyn Db>,
-            which,
-            no_sync,
-            probe.clone(),
-        ));
-        (cli, m)
+    // The real syncs per database: redb's file counters; a journal's three keyspaces share
+    // its segments, counted by the engine (see `journal_sync_data`).
+    let backends: [Arc<BackendCounters>; 3] = match home.redb_dbs() {
+        Some(dbs) => dbs.map(|d| d.backend_counters()),
+        None => Default::default(),
     };
-    let (bs_db, bs_m) = wrap(home.block_store_db.clone(), Which::BlockStore);
-    let (st_db, st_m) = wrap(home.state_db.clone(), Which::State);
-    let (app_db, app_m) = wrap(home.app_db.clone(), Which::App);
+    let [bs_backend, st_backend, app_backend] = backends;
+    // A journal home's keyspaces are one unit group (ADR 0011): the CLI's wrappers pass it
+    // on, through its own group (markers, no-sync), so the node writes units.
+    let unit_group = home
+        .block_store_db
+        .unit_group()
+        .map(|m| Arc::new(CliUnitGroup::new(m.group, no_sync, probe.clone())));
+    let wrap = |db: Arc<dyn Db>, backend: Arc<BackendCounters>, which: Which| {
+        let member = db.unit_group();
+        let counting = Arc::new(CountingDb::new(db));
+        let m = meter(&counting, backend);
+        let mut cli = CliDb::new(counting as Arc<dyn Db>, which, no_sync, probe.clone());
+        if let (Some(group), Some(member)) = (&unit_group, member) {
+            cli = cli.in_group(group.clone(), member.name);
+        }
+        (Arc::new(cli) as Arc<dyn Db>, m)
+    };
+    let (bs_db, bs_m) = wrap(home.block_store_db.clone(), bs_backend, Which::BlockStore);
+    let (st_db, st_m) = wrap(home.state_db.clone(), st_backend, Which::State);
+    let (app_db, app_m) = wrap(home.app_db.clone(), app_backend, Which::App);
     let meters = [bs_m, st_m, app_m];
 
     // Kept alive for the node's life: dropping it stops the workers.
@@ -489,8 +532,9 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     let target = target_sync + a.consensus_blocks;
     if !a.json {
         println!(
-            "flushpoint sync: home {}, chain seed {}, profile {}, mode {}",
+            "flushpoint sync: home {} ({} engine), chain seed {}, profile {}, mode {}",
             home_path.display(),
+            home.engine(),
             a.seed,
             a.profile.name(),
             a.mode.name()
@@ -516,6 +560,7 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
 
     let start_height = node.height();
     let s0 = snap3(&meters);
+    let j0 = journal_sync_data(&home);
     let t0 = Instant::now();
     let mut progress = Progress::new(start_height, target, a.json);
     let mut timeline: Vec<FlushJson> = Vec::new();
@@ -617,6 +662,7 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     let elapsed = t0.elapsed();
     progress.finish();
     let s3 = snap3(&meters);
+    let j3 = journal_sync_data(&home);
     if let Some(p) = &probe {
         p.mark("sync-done");
     }
@@ -634,9 +680,10 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
         let sd = s3[i].sync_data - s0[i].sync_data;
         bytes_written += d.bytes_written;
         sync_data += sd;
-        let disk = [&home.block_store_db, &home.state_db, &home.app_db][i]
-            .disk_size_bytes()
-            .map_err(err)?;
+        let disk = match home.redb_dbs() {
+            Some(dbs) => dbs[i].disk_size_bytes().map_err(err)?,
+            None => 0,
+        };
         dbs.push(DbSummary {
             synced_batches: d.synced_batches,
             buffered_batches: d.buffered_batches,
@@ -645,6 +692,14 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
             disk_size_bytes: disk,
         });
     }
+    sync_data += j3 - j0;
+    let journal = match home.journal() {
+        Some(j) => Some(JournalSummary {
+            counts: j.counts(),
+            disk_size_bytes: j.disk_size_bytes().map_err(err)?,
+        }),
+        None => None,
+    };
     let mut dbs = dbs.into_iter();
     let mut next_db = || dbs.next().expect("three databases");
     let databases = Databases {
@@ -659,6 +714,7 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
         seed: a.seed,
         profile: a.profile.name(),
         mode: a.mode.name(),
+        engine: home.engine().name(),
         floor_only: no_sync,
         target_height: target,
         blocks,
@@ -690,6 +746,7 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
         flush_timeline: timeline,
         bytes_written,
         databases,
+        journal,
         peak_held_bytes,
         peak_rss_bytes: peak_rss_bytes(),
         heights,
@@ -778,6 +835,16 @@ fn print_human(s: &SyncSummary) {
             d.sync_data_calls,
             human_bytes(d.bytes_written),
             human_bytes(d.disk_size_bytes)
+        );
+    }
+    if let Some(j) = &s.journal {
+        println!(
+            "  {:<12} {} units, {} sync_data on segments, {} checkpoints, {} on disk (the three databases share it)",
+            "journal",
+            j.counts.units_written,
+            j.counts.journal_sync_data_calls,
+            j.counts.checkpoints,
+            human_bytes(j.disk_size_bytes)
         );
     }
     println!(

@@ -1,0 +1,269 @@
+//! A home on the journal engine (ADR 0012): created with `HomeOptions { engine:
+//! Some(Journal) }`, it records its engine in `FORMAT`, reopens on it without being told,
+//! refuses an explicit request for the other engine with `Error::HomeEngine` naming both and
+//! writing nothing, stays locked while it or any of its keyspaces is open, carries a node
+//! through block sync, consensus, a clean stop and a Consistent reopen — to the same state
+//! as a redb home fed the same chain — and rolls back with `flushpoint::rollback`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flushpoint::demo::{ChainSpec, DemoChain, KvApp, Profile, State};
+use flushpoint::{
+    Db, Error, ErrorKind, FlushPolicy, HandshakeCase, HoldingDb, Home, HomeEngine, HomeOptions,
+    NoEvents, Node, SimFs,
+};
+
+fn journal() -> HomeOptions {
+    HomeOptions::with_engine(HomeEngine::Journal)
+}
+
+fn spec() -> ChainSpec {
+    ChainSpec::new(11, Profile::Light)
+}
+
+fn open_node(home: Home) -> (Node<DemoChain>, HandshakeCase) {
+    let (node, report) = Node::open_home(
+        home,
+        |app_db: Arc<dyn Db>| Ok(Box::new(KvApp::open(Arc::new(HoldingDb::new(app_db)))?)),
+        spec().chain(),
+        Box::new(NoEvents),
+    )
+    .unwrap();
+    (node, report.case)
+}
+
+/// Consensus blocks to `consensus_to`, then block sync (a flush point every 4 blocks) to
+/// `to`, then a clean stop; returns the final state.
+fn sync(home: Home, consensus_to: u64, to: u64) -> State {
+    let (mut node, _) = open_node(home);
+    while node.height() < consensus_to {
+        let (b, p, c) = spec().next_block(node.state());
+        node.commit_block(&b, &p, &c).unwrap();
+    }
+    let policy = FlushPolicy {
+        window_blocks_max: Some(4),
+        interval: Duration::from_secs(3600),
+        ..FlushPolicy::default()
+    };
+    node.start_block_sync(policy, Instant::now()).unwrap();
+    while node.height() < to {
+        let (b, p, c) = spec().next_block(node.state());
+        node.sync_block(&b, &p, &c, Instant::now()).unwrap();
+    }
+    let state = node.state().clone();
+    node.stop(Instant::now()).unwrap();
+    state
+}
+
+/// Every file under `dir` (recursively) with its bytes.
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            out.extend(tree(&e.path()));
+        } else {
+            out.insert(e.path(), std::fs::read(e.path()).unwrap());
+        }
+    }
+    out
+}
+
+#[test]
+fn a_journal_home_records_its_engine_and_reopens_on_it_unasked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("home");
+    let home = Home::open_with(&path, journal()).unwrap();
+    assert_eq!(home.engine(), HomeEngine::Journal);
+    assert!(home.journal().is_some() && home.redb_dbs().is_none());
+    assert_eq!(
+        std::fs::read_to_string(path.join("FORMAT")).unwrap(),
+        "flushpoint home format 2\nengine journal\n"
+    );
+    let mut b = flushpoint::Batch::new();
+    b.put(b"k".to_vec(), b"v".to_vec());
+    home.state_db
+        .write(&b, flushpoint::Durability::Synced)
+        .unwrap();
+    drop(home);
+    let mut names: Vec<String> = std::fs::read_dir(&path)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["FORMAT", "LOCK", "journal"],
+        "no redb file beside it"
+    );
+    assert!(path.join("journal").join(flushpoint::INDEX_FILE).exists());
+
+    // Unasked, and asked for its own engine: the journal, with the write in it.
+    for options in [HomeOptions::default(), journal()] {
+        let home = Home::open_with(&path, options).unwrap();
+        assert_eq!(home.engine(), HomeEngine::Journal);
+        assert_eq!(home.state_db.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+        assert!(home.disk_size_bytes().unwrap() > 0);
+    }
+    assert_eq!(
+        Home::open_existing(&path).unwrap().engine(),
+        HomeEngine::Journal
+    );
+    // A redb home is created as before: FORMAT byte for byte as format 2 always was.
+    let redb = dir.path().join("redb");
+    assert_eq!(Home::open(&redb).unwrap().engine(), HomeEngine::Redb);
+    assert_eq!(
+        std::fs::read_to_string(redb.join("FORMAT")).unwrap(),
+        "flushpoint home format 2\n"
+    );
+}
+
+fn expect_engine_refused(r: flushpoint::Result<Home>, recorded: HomeEngine, path: &Path) {
+    match r {
+        Err(e @ Error::HomeEngine { .. }) => {
+            assert_eq!(e.kind(), ErrorKind::Incompatible);
+            let msg = e.to_string();
+            let Error::HomeEngine {
+                path: p,
+                recorded: r,
+                requested,
+            } = e
+            else {
+                unreachable!()
+            };
+            assert_eq!((p.as_path(), r), (path, recorded));
+            assert_ne!(requested, recorded);
+            for word in [recorded.name(), requested.name()] {
+                assert!(msg.contains(word), "{msg} does not name {word}");
+            }
+        }
+        Err(e) => panic!("expected HomeEngine, got {e}"),
+        Ok(h) => panic!("opened a {} home on {}", recorded, h.engine()),
+    }
+}
+
+#[test]
+fn another_engine_than_the_recorded_one_is_refused_naming_both_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    for (recorded, asked) in [
+        (HomeEngine::Journal, HomeEngine::Redb),
+        (HomeEngine::Redb, HomeEngine::Journal),
+    ] {
+        let path = dir.path().join(recorded.name());
+        drop(sync(
+            Home::open_with(&path, HomeOptions::with_engine(recorded)).unwrap(),
+            2,
+            6,
+        ));
+        let before = tree(&path);
+        expect_engine_refused(
+            Home::open_with(&path, HomeOptions::with_engine(asked)),
+            recorded,
+            &path,
+        );
+        assert_eq!(
+            tree(&path),
+            before,
+            "a refused open changed {recorded} home"
+        );
+        // The refusal released the lock: the home opens on its own engine.
+        assert_eq!(Home::open(&path).unwrap().engine(), recorded);
+    }
+
+    // On a simulated file system: not one file-system operation.
+    let fs = SimFs::new();
+    let path = Path::new("/h");
+    drop(Home::open_on(Arc::new(fs.clone()), path, journal()).unwrap());
+    let ops = fs.ops();
+    assert!(ops > 0);
+    expect_engine_refused(
+        Home::open_on(
+            Arc::new(fs.clone()),
+            path,
+            HomeOptions::with_engine(HomeEngine::Redb),
+        ),
+        HomeEngine::Journal,
+        path,
+    );
+    assert_eq!(fs.ops(), ops, "{:?}", &fs.stats().log[ops as usize..]);
+    assert!(
+        !fs.list(path).iter().any(|n| n.ends_with(".redb")),
+        "{:?}",
+        fs.list(path)
+    );
+}
+
+#[test]
+fn a_journal_home_stays_locked_while_it_or_any_keyspace_is_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("home");
+    let home = Home::open_with(&path, journal()).unwrap();
+    for r in [
+        Home::open(&path),
+        Home::open_with(&path, journal()),
+        Home::open_for_rollback(&path),
+    ] {
+        assert!(
+            matches!(r, Err(Error::HomeLocked { .. })),
+            "second open: {r:?}"
+        );
+    }
+    let keyspace = home.app_db.clone();
+    drop(home);
+    assert!(
+        matches!(Home::open(&path), Err(Error::HomeLocked { .. })),
+        "a keyspace outliving its home keeps the lock"
+    );
+    drop(keyspace);
+    drop(Home::open(&path).unwrap());
+
+    // A node owning its home holds it until stopped.
+    let (node, _) = open_node(Home::open_with(&path, journal()).unwrap());
+    assert!(matches!(Home::open(&path), Err(Error::HomeLocked { .. })));
+    node.stop(Instant::now()).unwrap();
+    drop(Home::open(&path).unwrap());
+}
+
+#[test]
+fn a_node_synced_stopped_and_reopened_on_a_journal_home_is_consistent_and_matches_redb() {
+    let dir = tempfile::tempdir().unwrap();
+    let jpath = dir.path().join("journal-home");
+    let rpath = dir.path().join("redb-home");
+    let on_journal = sync(Home::open_with(&jpath, journal()).unwrap(), 3, 14);
+    let on_redb = sync(Home::open(&rpath).unwrap(), 3, 14);
+    assert_eq!(on_journal, on_redb, "the two engines disagree on the chain");
+
+    let (node, case) = open_node(Home::open(&jpath).unwrap());
+    assert_eq!(case, HandshakeCase::Consistent);
+    assert_eq!(node.height(), 14);
+    assert_eq!(node.state(), &on_journal);
+    node.stop(Instant::now()).unwrap();
+
+    // And it syncs on.
+    let more = sync(Home::open(&jpath).unwrap(), 0, 20);
+    let more_redb = sync(Home::open(&rpath).unwrap(), 0, 20);
+    assert_eq!(more, more_redb);
+}
+
+#[test]
+fn rollback_on_a_journal_home_lowers_all_three_and_the_chain_resyncs_to_the_same_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("home");
+    let at_12 = sync(Home::open_with(&path, journal()).unwrap(), 2, 12);
+    {
+        let home = Home::open_for_rollback(&path).unwrap();
+        assert_eq!(home.engine(), HomeEngine::Journal);
+        let mut app = KvApp::open(Arc::new(HoldingDb::new(home.app_db.clone()))).unwrap();
+        let r = flushpoint::rollback(&home, &mut app, &spec().chain(), 9).unwrap();
+        assert_eq!(r.blocks_removed, 3, "{r:?}");
+        assert!(r.app_rolled_back && r.state_rolled_back, "{r:?}");
+    }
+    let (node, case) = open_node(Home::open(&path).unwrap());
+    assert_eq!(case, HandshakeCase::Consistent);
+    assert_eq!(node.height(), 9);
+    node.stop(Instant::now()).unwrap();
+    assert_eq!(sync(Home::open(&path).unwrap(), 0, 12), at_12);
+}
