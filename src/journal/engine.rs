@@ -71,9 +71,13 @@ const _: () = assert!(
 /// The spare segment's file name: a segment's worth of zeros, written and synced ahead of
 /// time, renamed in at the next roll (ADR 0008, "Prepared segments").
 pub const SPARE_SEGMENT_FILE: &str = "spare.segment";
-/// Bytes of zeros per write when a spare is prepared. Why: large sequential writes, with
-/// a bounded buffer.
-const ZERO_CHUNK_BYTES: u64 = 1024 * 1024;
+/// Bytes of zeros per write when a spare is prepared: one page. Why: the page cache sizes
+/// its folios by the write that creates them; zeros written 1 MiB at a time leave 1 MiB
+/// folios, and every unit's `sync_data` then wrote back a whole folio (measured here: 1,034
+/// KiB written per 10 KB unit, 75× the unit). Page-sized writes keep each unit's writeback
+/// to the pages it touched (13.8 KiB), and the sync at 0.055 ms against 0.12 ms for an
+/// appending one. 16,384 writes per 64 MiB spare, off the writer's path.
+const ZERO_CHUNK_BYTES: u64 = 4096;
 
 /// The name errors of the engine itself carry.
 const ENGINE_NAME: &str = "journal";
