@@ -531,6 +531,18 @@ fn sweep(applier: Applier, seed: u64) -> (Figures, Vec<String>) {
         // The error reached a caller: the call that hit it, or a later one.
         let (call, kind, message, err_at) = match out.first_err.clone() {
             Some(e) => e,
+            // Background: a fault the applier hit after the plan's last call (preparing a
+            // spare segment, ADR 0008) reaches the next call, which is refused.
+            None if applier == Applier::Background
+                && engine.as_ref().is_some_and(|e| probe_poisoned(e).is_ok()) =>
+            {
+                (
+                    "the next call".into(),
+                    ErrorKind::Poisoned,
+                    "os error 5".into(),
+                    fs.ops(),
+                )
+            }
             None => {
                 failures.push(format!("{what}: every call returned Ok: {out:?}"));
                 (String::new(), ErrorKind::Io, "os error 5".into(), fs.ops())
@@ -577,13 +589,17 @@ fn sweep(applier: Applier, seed: u64) -> (Figures, Vec<String>) {
         // of other segments may follow it; once a caller has the error, only the
         // applier's commit in flight may finish — at most two index syncs (one redb
         // commit). Never the failed file: that is what a retry would sync.
+        // Likewise the applier's spare segment in preparation (zeros, no unit: its sync
+        // makes nothing durable that anyone was told of): at most its one sync.
         let index_only = log[err_at as usize..]
             .iter()
             .filter(|(op, _)| is_sync(*op))
-            .all(|(_, p)| p.ends_with(flushpoint::INDEX_FILE));
+            .all(|(_, p)| {
+                p.ends_with(flushpoint::INDEX_FILE) || p.ends_with(flushpoint::SPARE_SEGMENT_FILE)
+            });
         let raced = match applier {
             Applier::Inline => !syncs_after.is_empty() || after_err > 0,
-            _ => after_err > 2 || !index_only,
+            _ => after_err > 3 || !index_only,
         };
         fig.syncs_raced += syncs_after.len() as u64;
         if on_failed_file > 0 || raced {

@@ -972,6 +972,9 @@ impl Shared {
                 .map_err(fail("prepare spare segment"))?;
             at += n;
         }
+        // Not after a failure elsewhere: the engine is done (the spare holds no unit, but
+        // nothing is synced once a caller may have the error).
+        self.poison.check(ENGINE_NAME)?;
         f.sync_data().map_err(fail("fsync spare segment"))?;
         bump(&self.counters.segments_prepared, 1);
         Ok(())
