@@ -382,8 +382,9 @@ fn power_cut_at_every_op_of_creating_and_syncing_a_journal_home_loses_nothing_ac
             .filter(|(o, p)| *o == op && p.extension().is_some_and(|e| e == "seg"))
             .count()
     };
+    // A segment is created in place, or (prepared segments, ADR 0008) renamed in.
     let (segments_created, segments_deleted) = (
-        seg(flushpoint::SimOp::Create),
+        seg(flushpoint::SimOp::Create) + seg(flushpoint::SimOp::Rename),
         seg(flushpoint::SimOp::Unlink),
     );
     println!(
