@@ -36,11 +36,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use flushpoint::demo::{ChainSpec, KvApp, Profile, State};
 use flushpoint::{
-    Applier, Db, DirFate, Direction, Event, EventKind, FileFate, FlushPolicy, HandshakeCase,
-    HoldingDb, JournalEngine, JournalOptions, KeyRange, MemoryDb, Node, SimFs, SimOp,
-    collect_range,
+    Applier, Db, DirFate, Direction, Event, FlushPolicy, HandshakeCase, HoldingDb, JournalEngine,
+    JournalOptions, KeyRange, MemoryDb, Node, SimFs, SimOp, collect_range,
 };
-use support::full;
+use support::{check_events, file_fates, full};
 
 const DIR: &str = "/data/node/journal";
 const KEYSPACES: [&str; 3] = ["block store", "state", "app"];
@@ -213,22 +212,6 @@ fn check_units(got: u64, empty: u64, acked: u64, snapshots: &[(u64, u64)]) -> Re
     ))
 }
 
-fn check_events(before: &[Event], after: &[Event], recovered: u64) -> Result<(), String> {
-    if let Some(e) = before.iter().find(|e| e.height > recovered) {
-        return Err(format!(
-            "event for block {} fired, but the crash lost it (recovered at {recovered})",
-            e.height
-        ));
-    }
-    let mut seen = HashSet::new();
-    for e in before.iter().chain(after) {
-        if matches!(e.kind, EventKind::NewBlock { .. }) && !seen.insert(e.height) {
-            return Err(format!("block {} fired twice", e.height));
-        }
-    }
-    Ok(())
-}
-
 struct Oracle {
     snapshots: Vec<(u64, u64)>,
     empty: u64,
@@ -270,29 +253,6 @@ fn check_recovery(
     Ok(case.name())
 }
 
-fn dir_fates(n: usize, seed: u64) -> Vec<DirFate> {
-    let mut v = vec![DirFate::DropAll, DirFate::KeepAll];
-    v.extend((1..n).map(DirFate::Prefix));
-    if n <= SUBSETS_MAX_OPS {
-        v.extend((0..1u64 << n).map(DirFate::Mask));
-    } else {
-        let mut x = seed;
-        v.extend((0..if full() { 64 } else { 16 }).map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            DirFate::Mask(x >> 7)
-        }));
-    }
-    v
-}
-
-fn file_fates(seed: u64) -> Vec<FileFate> {
-    let mut v = vec![FileFate::DropAll, FileFate::KeepAll];
-    v.extend((0..if full() { 5 } else { 1 }).map(|i| FileFate::Random(seed.wrapping_add(i))));
-    v
-}
-
 fn oracle() -> Oracle {
     let uncut = run(&SimFs::new(), false, true);
     assert!(uncut.err.is_none(), "uncut run: {:?}", uncut.err);
@@ -306,6 +266,11 @@ fn oracle() -> Oracle {
         empty,
         want: uncut.fin.unwrap(),
     }
+}
+
+/// The directory fates tried for a cut with `n` pending directory ops (`support::dir_fates`).
+fn dir_fates(n: usize, seed: u64) -> Vec<DirFate> {
+    support::dir_fates(n, seed, SUBSETS_MAX_OPS, if full() { 64 } else { 16 })
 }
 
 #[test]

@@ -41,7 +41,7 @@ use flushpoint::{
     Batch, Db, DbIter, DirFate, Direction, Durability, Event, EventKind, FileFate, FlushPolicy,
     HoldingDb, Home, KeyRange, Node, Op, RedbOptions, SimFs, SimOp, collect_range,
 };
-use support::full;
+use support::{check_events, file_fates, full};
 
 const HOME: &str = "/data/node/home";
 /// Blocks committed in consensus mode after the home is created.
@@ -308,49 +308,6 @@ fn check_heights(acked: u64, recovered: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// Events fired before the cut are for recovered blocks; none fires twice across the runs.
-fn check_events(before: &[Event], after: &[Event], recovered: u64) -> Result<(), String> {
-    if let Some(e) = before.iter().find(|e| e.height > recovered) {
-        return Err(format!(
-            "event for block {} fired, but the crash lost it (recovered at {recovered})",
-            e.height
-        ));
-    }
-    let mut seen = HashSet::new();
-    for e in before.iter().chain(after) {
-        if matches!(e.kind, EventKind::NewBlock { .. }) && !seen.insert(e.height) {
-            return Err(format!("block {} fired twice", e.height));
-        }
-    }
-    Ok(())
-}
-
-/// The directory fates tried for a cut with `n` pending directory ops.
-fn dir_fates(n: usize, seed: u64) -> Vec<DirFate> {
-    let mut v = vec![DirFate::DropAll, DirFate::KeepAll];
-    v.extend((1..n).map(DirFate::Prefix));
-    if n <= SUBSETS_MAX_OPS {
-        v.extend((0..1u64 << n).map(DirFate::Mask));
-    } else {
-        let mut x = seed;
-        let samples = if full() { 64 } else { 16 };
-        v.extend((0..samples).map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            DirFate::Mask(x >> 7)
-        }));
-    }
-    v
-}
-
-fn file_fates(seed: u64) -> Vec<FileFate> {
-    let seeds = if full() { 5 } else { 1 };
-    let mut v = vec![FileFate::DropAll, FileFate::KeepAll];
-    v.extend((0..seeds).map(|i| FileFate::Random(seed.wrapping_add(i))));
-    v
-}
-
 #[derive(Debug, Default)]
 struct Sweep {
     cuts: u64,
@@ -442,6 +399,11 @@ fn interrupted_creation() -> SimFs {
         "the image holds the leftover and not the real name: {names:?}"
     );
     img
+}
+
+/// The directory fates tried for a cut with `n` pending directory ops (`support::dir_fates`).
+fn dir_fates(n: usize, seed: u64) -> Vec<DirFate> {
+    support::dir_fates(n, seed, SUBSETS_MAX_OPS, if full() { 64 } else { 16 })
 }
 
 #[test]

@@ -42,7 +42,7 @@ use flushpoint::{
     HoldingDb, Home, HomeEngine, HomeOptions, JournalOptions, KeyRange, Node, Op, SimFs,
     collect_range,
 };
-use support::full;
+use support::{file_fates, full};
 
 const HOME: &str = "/data/node/home";
 /// Blocks committed in consensus mode after the home is created.
@@ -329,32 +329,6 @@ fn check_recovery(img: &SimFs, cut: &RunOut, want: &State) -> Result<(), String>
     Ok(())
 }
 
-/// The directory fates tried for a cut with `n` pending directory ops.
-fn dir_fates(n: usize, seed: u64) -> Vec<DirFate> {
-    let mut v = vec![DirFate::DropAll, DirFate::KeepAll];
-    v.extend((1..n).map(DirFate::Prefix));
-    if n <= SUBSETS_MAX_OPS {
-        v.extend((0..1u64 << n).map(DirFate::Mask));
-    } else {
-        let mut x = seed;
-        let samples = if full() { 64 } else { 16 };
-        v.extend((0..samples).map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            DirFate::Mask(x >> 7)
-        }));
-    }
-    v
-}
-
-fn file_fates(seed: u64) -> Vec<FileFate> {
-    let seeds = if full() { 5 } else { 1 };
-    let mut v = vec![FileFate::DropAll, FileFate::KeepAll];
-    v.extend((0..seeds).map(|i| FileFate::Random(seed.wrapping_add(i))));
-    v
-}
-
 #[derive(Debug, Default)]
 struct Sweep {
     cuts: u64,
@@ -363,6 +337,11 @@ struct Sweep {
     states: u64,
     absent_homes: u64,
     failures: Vec<String>,
+}
+
+/// The directory fates tried for a cut with `n` pending directory ops (`support::dir_fates`).
+fn dir_fates(n: usize, seed: u64) -> Vec<DirFate> {
+    support::dir_fates(n, seed, SUBSETS_MAX_OPS, if full() { 64 } else { 16 })
 }
 
 #[test]

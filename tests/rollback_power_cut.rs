@@ -45,7 +45,7 @@ use flushpoint::{
     Db, DirFate, Direction, Error, FileFate, FileSystem, HandshakeCase, HoldingDb, Home, KeyRange,
     NoEvents, Node, ROLLBACK_INTENT_FILE, RedbOptions, SimFs, collect_range,
 };
-use support::full;
+use support::file_fates;
 
 const HOME: &str = "/data/node/home";
 /// The height the home is synced to before the rollback.
@@ -257,30 +257,6 @@ struct Sweep {
     failures: Vec<String>,
 }
 
-fn dir_fates(n: usize, seed: u64) -> Vec<DirFate> {
-    let mut v = vec![DirFate::DropAll, DirFate::KeepAll];
-    v.extend((1..n).map(DirFate::Prefix));
-    if n <= SUBSETS_MAX_OPS {
-        v.extend((0..1u64 << n).map(DirFate::Mask));
-    } else {
-        let mut x = seed;
-        v.extend((0..64).map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            DirFate::Mask(x >> 7)
-        }));
-    }
-    v
-}
-
-fn file_fates(seed: u64) -> Vec<FileFate> {
-    let seeds = if full() { 5 } else { 1 };
-    let mut v = vec![FileFate::DropAll, FileFate::KeepAll];
-    v.extend((0..seeds).map(|i| FileFate::Random(seed.wrapping_add(i))));
-    v
-}
-
 fn caught(r: std::thread::Result<Result<(), String>>) -> Result<(), String> {
     r.unwrap_or_else(|p| {
         Err(format!(
@@ -391,6 +367,11 @@ fn interrupted_after_dir_sync(start: &SimFs, to: u64, nth: usize) -> SimFs {
     fs.set_cut_at(Some(k));
     assert!(run_rollback(&fs, to).is_err() && fs.is_dead());
     fs.crash_image(DirFate::KeepAll, FileFate::DropAll)
+}
+
+/// The directory fates tried for a cut with `n` pending directory ops (`support::dir_fates`).
+fn dir_fates(n: usize, seed: u64) -> Vec<DirFate> {
+    support::dir_fates(n, seed, SUBSETS_MAX_OPS, 64)
 }
 
 #[test]

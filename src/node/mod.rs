@@ -644,15 +644,19 @@ impl<C: Chain> Node<C> {
     /// The app's held store and its member name, when the app holds and its store is a
     /// member of the node's unit group: its window then joins the node's units.
     fn app_unit_store(&self) -> Option<(String, Arc<dyn HeldStore>)> {
-        let unit = self.unit.as_ref()?;
         if !self.app_holds {
             return None;
         }
         let store = self.app.held_store()?;
+        let name = self.unit_member_name(&*store)?;
+        Some((name, store))
+    }
+
+    /// `store`'s member name when it is a member of the node's unit group.
+    fn unit_member_name(&self, store: &dyn HeldStore) -> Option<String> {
+        let unit = self.unit.as_ref()?;
         let member = store.unit_member()?;
-        member
-            .same_group(&unit.block_store)
-            .then_some((member.name, store))
+        member.same_group(&unit.block_store).then_some(member.name)
     }
 
     /// The stores of one unit, in the node's order: block store, state, then the app's when
@@ -982,16 +986,13 @@ impl<C: Chain> Node<C> {
         app_store.freeze()?;
         let (block_db, state_db) = (self.block_db.clone(), self.state_db.clone());
         // With a unit group: its group and member names, and the app's name when it joins.
+        let app_member = self.unit_member_name(&*app_store);
         let unit = self.unit.as_ref().map(|u| {
-            let app = app_store
-                .unit_member()
-                .filter(|m| m.same_group(&u.block_store))
-                .map(|m| m.name);
             (
                 u.block_store.group.clone(),
                 u.block_store.name.clone(),
                 u.state.clone(),
-                app,
+                app_member,
             )
         });
         let handle = std::thread::Builder::new()
@@ -1175,16 +1176,10 @@ impl<C: Chain> Node<C> {
             return Ok(None);
         }
         let report = self.flush_point(FlushTrigger::SwitchToConsensus, now)?;
+        let joins = self.app_unit_store().is_some();
         if let Some(unit) = &mut self.unit {
             // Consensus blocks are units when the app's window joins the flush point's:
             // every database keeps holding, one block at a time.
-            let joins = self.app_holds && {
-                let block_store = &unit.block_store;
-                self.app
-                    .held_store()
-                    .and_then(|s| s.unit_member())
-                    .is_some_and(|m| m.same_group(block_store))
-            };
             unit.consensus = Some(joins);
             if joins {
                 self.app_store = None;
