@@ -21,7 +21,7 @@ use std::sync::Arc;
 use crate::db::{Db, RedbDb, RedbOptions};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, FsFile, OpenMode, StdFs, create_dir_all_durably};
-use crate::journal::{JournalEngine, JournalOptions};
+use crate::journal::{JournalEngine, JournalOptions, KeyspaceOptions, SEPARATE_VALUES_FROM_BYTES};
 
 /// The home layout version this build reads and writes. 2: the chain seam (ADR 0009) — a
 /// block meta keeps the chain's header bytes length-prefixed, the state store keeps history
@@ -171,6 +171,9 @@ impl FileSystem for LockedFs {
     }
     fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
         self.inner.sync_dir(dir)
+    }
+    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
+        self.inner.list_dir(dir)
     }
     fn allocated_bytes(&self, path: &Path) -> std::io::Result<u64> {
         self.inner.allocated_bytes(path)
@@ -404,7 +407,12 @@ impl Home {
         let [block_store_db, state_db, app_db]: [Arc<dyn Db>; 3] = match &storage {
             Storage::Redb(dbs) => dbs.clone().map(|d| d as Arc<dyn Db>),
             Storage::Journal(engine) => [
-                engine.keyspace(DB_NAMES[0])? as Arc<dyn Db>,
+                // Block parts are written once, to the journal (ADR 0013). A home created
+                // before that keeps its block store as it was created.
+                engine.keyspace_with(
+                    DB_NAMES[0],
+                    KeyspaceOptions::separating_values_from(SEPARATE_VALUES_FROM_BYTES),
+                )? as Arc<dyn Db>,
                 engine.keyspace(DB_NAMES[1])? as Arc<dyn Db>,
                 engine.keyspace(DB_NAMES[2])? as Arc<dyn Db>,
             ],

@@ -1,7 +1,8 @@
 //! Power cuts at every file-system operation of a journal's life: `JournalEngine::open` on
 //! an empty directory (its creation, the index's atomic creation), then a seeded plan of
 //! units over three keyspaces — single-keyspace writes (synced and buffered), multi-keyspace
-//! commits, explicit checkpoints — with segments, checkpoints and the overlay budget shrunk
+//! commits, explicit checkpoints; "blocks" keeps its larger values in the journal and the
+//! index points at them (ADR 0013), so trims wait for pointers to go — with segments, checkpoints and the overlay budget shrunk
 //! so that segments roll, checkpoints run and trims delete segments many times in a run.
 //! The applier runs inline, so a run's operations are the same every time and cut `k` is
 //! one fixed operation.
@@ -31,7 +32,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use flushpoint::{
     Applier, Batch, Db, DirFate, Direction, Durability, FileFate, JournalEngine, JournalOptions,
-    KeyRange, SimFs, collect_range,
+    KeyRange, KeyspaceOptions, SimFs, collect_range,
 };
 use support::{Rng, full};
 
@@ -48,6 +49,9 @@ const CHECKPOINT_BYTES: u64 = 1200;
 /// sync-then-apply path runs inside the plan.
 const OVERLAY_BYTES: u64 = 400;
 const SEED_DEFAULT: u64 = 0x0a11_0c47;
+/// The smallest value "blocks" keeps in the journal. Why: the plan's values are 8–127 or
+/// 600 bytes, so both inline values and pointers are written, replaced and deleted.
+const SEPARATE_FROM: u32 = 64;
 /// Buffered units in a burst. Why: three of ~160 bytes pass `OVERLAY_BYTES`.
 const BURST_UNITS: u32 = 3;
 
@@ -219,9 +223,20 @@ fn run_with(
     let Ok(engine) = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options) else {
         return (out, None);
     };
-    let dbs: Vec<_> = KEYSPACES
-        .iter()
-        .map(|n| engine.keyspace(n).expect("keyspace"))
+    // "blocks" keeps its values of SEPARATE_FROM bytes or more in the journal (ADR 0013): a
+    // cut can land in its creation record, and its overwrites and deletes release segments.
+    let Ok(blocks) = engine.keyspace_with(
+        KEYSPACES[0],
+        KeyspaceOptions::separating_values_from(SEPARATE_FROM),
+    ) else {
+        return (out, None);
+    };
+    let dbs: Vec<_> = std::iter::once(blocks)
+        .chain(
+            KEYSPACES[1..]
+                .iter()
+                .map(|n| engine.keyspace(n).expect("keyspace")),
+        )
         .collect();
     let durability = |s: bool| {
         if s {
@@ -360,10 +375,19 @@ fn every_cut_recovers_every_acknowledged_unit_and_no_partial_unit() {
         "trims delete segments: {counts:?}"
     );
     assert!(
+        counts.values_kept_in_journal >= 10 && counts.segments_kept_for_values >= 2,
+        "values are kept in the journal, and hold segments past the checkpoint: {counts:?}"
+    );
+    assert!(
         counts.overlay_waits >= 1,
         "the overlay budget is reached: {counts:?}"
     );
     assert_eq!(read_all(&engine).unwrap(), *states.last().unwrap());
+    assert!(
+        engine.counts().values_read_from_journal >= 1,
+        "reads follow pointers: {:?}",
+        engine.counts()
+    );
     drop(engine);
     let total_ops = fs.ops();
     println!(

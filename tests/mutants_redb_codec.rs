@@ -472,6 +472,9 @@ impl FileSystem for Faulty {
     fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
         self.inner.sync_dir(dir)
     }
+    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
+        self.inner.list_dir(dir)
+    }
     fn allocated_bytes(&self, path: &Path) -> std::io::Result<u64> {
         self.inner.allocated_bytes(path)
     }

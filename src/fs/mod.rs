@@ -59,6 +59,8 @@ pub trait FileSystem: Send + Sync + Debug + 'static {
     fn sync_dir(&self, dir: &Path) -> IoResult<()>;
     /// Bytes allocated to the file at `path` (its length, where allocation is unknown).
     fn allocated_bytes(&self, path: &Path) -> IoResult<u64>;
+    /// The names of the entries in `dir`, in no particular order.
+    fn list_dir(&self, dir: &Path) -> IoResult<Vec<std::ffi::OsString>>;
 }
 
 /// An open file.
@@ -153,6 +155,11 @@ impl FileSystem for StdFs {
     fn allocated_bytes(&self, path: &Path) -> IoResult<u64> {
         use std::os::unix::fs::MetadataExt;
         Ok(std::fs::metadata(path)?.blocks() * 512)
+    }
+    fn list_dir(&self, dir: &Path) -> IoResult<Vec<std::ffi::OsString>> {
+        std::fs::read_dir(dir)?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect()
     }
 }
 

@@ -787,6 +787,16 @@ impl FileSystem for SimFs {
             _ => Err(io(std::io::ErrorKind::NotFound, "no such file")),
         }
     }
+
+    fn list_dir(&self, dir: &Path) -> IoResult<Vec<OsString>> {
+        let norm = normalize(dir)?;
+        let m = self.lock();
+        m.alive()?;
+        match m.dirs.get(&norm) {
+            Some(d) if m.lookup(&norm)? == Some(Entry::Dir) => Ok(d.live.keys().cloned().collect()),
+            _ => Err(io(std::io::ErrorKind::NotFound, "no such directory")),
+        }
+    }
 }
 
 /// An open file of a [`SimFs`].

@@ -10,18 +10,20 @@
 //! Invariant: the overlay holds every unit not yet applied to redb; an entry leaves it only
 //! after the redb commit holding it returned, so overlay-then-redb never misses a write.
 //! Invariant: a segment is deleted only after a durable checkpoint records a
-//! `first_segment` above it; a segment is rolled only after the outgoing one is synced.
+//! `first_segment` above it **and** no value pointer in it (ADR 0013), and only once no
+//! reader holds a snapshot older than that checkpoint; a segment is rolled only after the
+//! outgoing one is synced.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use redb::{Database, ReadableDatabase, TableDefinition, TableError};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
 
-use super::unit::{self, Decoded, Header, KEYSPACE_NAME_BYTES_MAX, Sections, UnitOp};
+use super::unit::{self, Decoded, Header, KEYSPACE_NAME_BYTES_MAX, Layout, Sections, UnitOp};
 use crate::db::{
     BackendCounters, BackendCounts, Batch, CountingBackend, Db, DbIter, Direction, Durability,
     Entry, EntryRef, KeyRange, Op, RedbDb, RedbOptions, UnitGroup, UnitMember, UnitPart,
@@ -86,6 +88,26 @@ const META_APPLIED_SEQ: &str = "applied_seq";
 const META_FIRST_SEGMENT: &str = "first_segment";
 /// Prefix of a keyspace's table name in the index.
 const KEYSPACE_TABLE_PREFIX: &str = "ks.";
+/// Meta key prefix: `separate.<keyspace>` → the smallest value that keyspace keeps in the
+/// journal (ADR 0013). Present exactly for the keyspaces whose index values are tagged.
+const META_SEPARATE_PREFIX: &str = "separate.";
+/// Segment → bytes of values in it that the index points at (entries only while > 0).
+const LIVE: TableDefinition<u64, u64> = TableDefinition::new("journal.live");
+/// Tag of an index value held inline (a separating keyspace's small value).
+const VALUE_INLINE: u8 = 0;
+/// Tag of an index value that points into a segment.
+const VALUE_IN_SEGMENT: u8 = 1;
+/// Bytes of a pointer: tag, segment u64, offset u64, length u32, crc32 u32.
+const POINTER_BYTES: usize = 1 + 8 + 8 + 4 + 4;
+
+/// The smallest value a home's block store keeps in the journal rather than in the index
+/// (ADR 0013). Why 1 KiB: a block part (up to 64 KiB) is written once, to the journal, and
+/// the index holds a 25-byte pointer; below a kilobyte the value costs the index little
+/// more than its pointer would, and a load saves a `pread`.
+pub const SEPARATE_VALUES_FROM_BYTES: u32 = 1024;
+/// The smallest threshold [`KeyspaceOptions::separate_values_from`] accepts. Why: a value
+/// shorter than a pointer (25 bytes) and its read costs more kept apart than inline.
+pub const SEPARATE_VALUES_MIN_BYTES: u32 = 64;
 
 /// The file name of segment number `index`: 20 decimal digits and `.seg`.
 pub fn segment_file_name(index: u64) -> String {
@@ -100,6 +122,28 @@ pub enum Applier {
     Background,
     /// The writing thread, right after its unit (deterministic: power-cut enumeration).
     Inline,
+}
+
+/// Options of a keyspace, fixed when it is created ([`JournalEngine::keyspace_with`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeyspaceOptions {
+    /// Values of at least this many bytes are written once, to the journal: the index
+    /// holds a pointer to the value's bytes in its unit (ADR 0013), and the segment is
+    /// kept while any pointer into it remains. For values written once and deleted
+    /// roughly in the order they were written (block parts, pruned by height): a segment
+    /// comes back only when every value in it is deleted, and nothing compacts a segment
+    /// a few live values hold. `None` (the default): every value goes to the index.
+    pub separate_values_from: Option<u32>,
+}
+
+impl KeyspaceOptions {
+    /// Options keeping values of `bytes` or more in the journal.
+    pub fn separating_values_from(bytes: u32) -> Self {
+        KeyspaceOptions {
+            separate_values_from: Some(bytes),
+        }
+    }
 }
 
 /// Options of [`JournalEngine::open`]; `Default` is the constants above.
@@ -166,6 +210,14 @@ pub struct JournalCounts {
     pub overlay_bytes_peak: u64,
     /// Spare segments prepared (zeros written and synced; ADR 0008, "Prepared segments").
     pub segments_prepared: u64,
+    /// Values applied as pointers into the journal rather than copied to the index
+    /// (ADR 0013).
+    pub values_kept_in_journal: u64,
+    /// Values read back from segments.
+    pub values_read_from_journal: u64,
+    /// Times a checkpoint kept a segment it no longer needed for replay because the index
+    /// still points at values in it.
+    pub segments_kept_for_values: u64,
     /// The index file's own I/O (redb's).
     pub index: BackendCounts,
 }
@@ -181,6 +233,9 @@ struct Counters {
     overlay_waits: AtomicU64,
     overlay_bytes_peak: AtomicU64,
     segments_prepared: AtomicU64,
+    values_kept_in_journal: AtomicU64,
+    values_read_from_journal: AtomicU64,
+    segments_kept_for_values: AtomicU64,
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -191,6 +246,9 @@ fn bump(c: &AtomicU64, n: u64) {
 #[derive(Debug, Clone)]
 struct Pending {
     seq: u64,
+    /// Where the unit lies: segment and offset of its first byte.
+    segment: u64,
+    offset: u64,
     bytes: u64,
     sections: Arc<Sections>,
     /// When the unit entered the overlay (the applier's batching clock).
@@ -217,6 +275,19 @@ struct State {
     segments: BTreeMap<u64, u64>,
     active_segment: u64,
     stop: bool,
+    /// Keyspaces whose index values are tagged: name → smallest value kept in the journal.
+    separated: HashMap<String, u64>,
+    /// Segment → bytes of values in it the applied index points at (entries only > 0).
+    live: BTreeMap<u64, u64>,
+    /// Segments below the checkpointed first segment, kept for the values in them.
+    held: BTreeSet<u64>,
+    /// Segments checkpointed with no pointer into them, not yet unlinked: (the trim
+    /// epoch they were doomed in, segment).
+    doomed: Vec<(u64, u64)>,
+    /// Bumped after each trim that dooms segments.
+    epoch: u64,
+    /// Readers of separating keyspaces: the epoch of their snapshot → how many.
+    pins: BTreeMap<u64, usize>,
 }
 
 #[derive(Debug)]
@@ -367,6 +438,19 @@ impl JournalEngine {
             .create_with_backend(counting)
             .map_err(|e| Error::storage(ENGINE_NAME, "open index", e))?;
         let (applied_seq, first_segment) = read_meta(&index)?;
+        let (separated, live) = read_values_meta(&index)?;
+        // Segments below the checkpoint kept for their values must all be there.
+        let held: BTreeSet<u64> = live.range(..first_segment).map(|(i, _)| *i).collect();
+        for &i in &held {
+            let path = dir.join(segment_file_name(i));
+            if !fs.exists(&path).map_err(io_err("stat file", &path))? {
+                return Err(corrupt(
+                    &path,
+                    0,
+                    CorruptReason::Invalid("segment holding indexed values missing"),
+                ));
+            }
+        }
         let scan = scan(&*fs, dir, applied_seq, first_segment)?;
 
         // The decision is made; from here on recovery writes.
@@ -401,15 +485,19 @@ impl JournalEngine {
             offset = last.valid_len;
             segment = last.index;
         }
-        // Leftovers below the checkpointed first segment (an unlink lost in a crash).
-        let mut below = first_segment;
-        while below > 0 {
-            below -= 1;
-            let path = dir.join(segment_file_name(below));
-            match fs.remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
-                Err(e) => return Err(io_err("remove segment", &path)(e)),
+        // Leftovers below the checkpointed first segment that no pointer holds (an unlink
+        // lost in a crash, or a trim the crash came before).
+        for name in fs.list_dir(dir).map_err(io_err("list directory", dir))? {
+            let Some(index) = parse_segment_file_name(&name) else {
+                continue;
+            };
+            if index < first_segment && !held.contains(&index) {
+                let path = dir.join(&name);
+                match fs.remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_err("remove segment", &path)(e)),
+                }
             }
         }
         // A spare left by a crash may be partly zeroed: prepared again when needed.
@@ -431,9 +519,15 @@ impl JournalEngine {
             segments: scan.segments,
             active_segment: segment,
             stop: false,
+            separated,
+            live,
+            held,
+            doomed: Vec::new(),
+            epoch: 0,
+            pins: BTreeMap::new(),
         };
-        for (header, sections) in scan.replay {
-            push_unit(&mut state, header.seq, Arc::new(sections));
+        for (header, sections, at) in scan.replay {
+            push_unit(&mut state, header.seq, Arc::new(sections), at);
         }
         let shared = Arc::new(Shared {
             fs,
@@ -495,7 +589,8 @@ impl JournalEngine {
         })
     }
 
-    /// The keyspace `name` as a [`Db`] (created by its first write). Names are 1 to
+    /// The keyspace `name` as a [`Db`] (created by its first write), with the options it
+    /// was created with (the default for a new one). Names are 1 to
     /// [`KEYSPACE_NAME_BYTES_MAX`] bytes.
     pub fn keyspace(&self, name: &str) -> Result<Arc<JournalDb>> {
         check_keyspace_name(name)?;
@@ -503,6 +598,73 @@ impl JournalEngine {
             handle: self.handle.clone(),
             name: name.to_string(),
         }))
+    }
+
+    /// The keyspace `name`, created with `options` if it does not exist yet. A keyspace's
+    /// options are fixed at creation: an existing one (in the index, or written since
+    /// open) keeps its own, which [`JournalDb::options`] reports. Separation is recorded
+    /// in the index with a durable commit before this returns, so the keyspace's first
+    /// value is applied under it.
+    ///
+    /// Errors: [`Error::InvalidInput`] for a bad name or a threshold below
+    /// [`SEPARATE_VALUES_MIN_BYTES`], before anything is written; a failed record
+    /// poisons the engine.
+    pub fn keyspace_with(&self, name: &str, options: KeyspaceOptions) -> Result<Arc<JournalDb>> {
+        check_keyspace_name(name)?;
+        if let Some(from) = options.separate_values_from
+            && from < SEPARATE_VALUES_MIN_BYTES
+        {
+            return Err(Error::InvalidInput(format!(
+                "journal keyspace {name:?}: values kept in the journal must be at least \
+                 {SEPARATE_VALUES_MIN_BYTES} bytes, not {from}"
+            )));
+        }
+        let db = self.keyspace(name)?;
+        let Some(from) = options.separate_values_from else {
+            return Ok(db);
+        };
+        let s = &self.handle.shared;
+        // The apply lock: no unit of this keyspace is applied while its format is decided.
+        let _apply = s.apply.lock().expect("journal apply lock");
+        s.poison.check(name)?;
+        {
+            let st = s.lock_state();
+            if st.separated.contains_key(name) || st.overlay.contains_key(name) {
+                return Ok(db);
+            }
+        }
+        let exists = {
+            let txn = s
+                .index
+                .begin_read()
+                .map_err(|e| Error::storage(name, "begin read", e))?;
+            open_read_table(&txn, name, name)?.is_some()
+        };
+        if exists {
+            return Ok(db);
+        }
+        let mut txn = s.index.begin_write().map_err(s.failing("begin write"))?;
+        txn.set_durability(redb::Durability::Immediate)
+            .map_err(s.failing("set durability"))?;
+        {
+            let mut meta = txn.open_table(META).map_err(s.failing("open meta"))?;
+            meta.insert(
+                format!("{META_SEPARATE_PREFIX}{name}").as_str(),
+                u64::from(from),
+            )
+            .map_err(s.failing("write meta"))?;
+            // The keyspace's table exists from now on: a later open sees it created.
+            let table_name = table_name(name);
+            let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(&table_name);
+            txn.open_table(def).map_err(s.failing("open table"))?;
+        }
+        // Crash: the record and the empty table are durable together or not at all; no
+        // unit of this keyspace exists before this returns.
+        txn.commit().map_err(s.failing("record keyspace"))?;
+        s.lock_state()
+            .separated
+            .insert(name.to_string(), u64::from(from));
+        Ok(db)
     }
 
     /// Writes the batches of several keyspaces as **one** unit: after a crash all of them
@@ -545,6 +707,9 @@ impl JournalEngine {
             overlay_waits: get(&c.overlay_waits),
             overlay_bytes_peak: get(&c.overlay_bytes_peak),
             segments_prepared: get(&c.segments_prepared),
+            values_kept_in_journal: get(&c.values_kept_in_journal),
+            values_read_from_journal: get(&c.values_read_from_journal),
+            segments_kept_for_values: get(&c.segments_kept_for_values),
             index: self.handle.shared.index_counters.snapshot(),
         }
     }
@@ -558,7 +723,15 @@ impl JournalEngine {
     /// Bytes the journal directory's files occupy (segments and index).
     pub fn disk_size_bytes(&self) -> Result<u64> {
         let s = &self.handle.shared;
-        let segments: Vec<u64> = s.lock_state().segments.keys().copied().collect();
+        let segments: Vec<u64> = {
+            let st = s.lock_state();
+            st.segments
+                .keys()
+                .chain(st.held.iter())
+                .chain(st.doomed.iter().map(|(_, i)| i))
+                .copied()
+                .collect()
+        };
         let mut total = 0;
         for path in segments
             .into_iter()
@@ -596,8 +769,9 @@ fn batch_ops(batch: &Batch) -> Vec<UnitOp> {
         .collect()
 }
 
-/// Adds a unit to the overlay and the queue (the caller holds the state lock).
-fn push_unit(state: &mut State, seq: u64, sections: Arc<Sections>) {
+/// Adds a unit, which lies at `(segment, offset)`, to the overlay and the queue (the caller
+/// holds the state lock).
+fn push_unit(state: &mut State, seq: u64, sections: Arc<Sections>, (segment, offset): (u64, u64)) {
     let bytes = sections.byte_size();
     for (name, ops) in &sections.0 {
         let overlay = state.overlay.entry(name.clone()).or_default();
@@ -611,6 +785,8 @@ fn push_unit(state: &mut State, seq: u64, sections: Arc<Sections>) {
     state.overlay_bytes += bytes;
     state.queue.push_back(Pending {
         seq,
+        segment,
+        offset,
         bytes,
         sections,
         queued_at: Instant::now(),
@@ -635,6 +811,98 @@ fn read_meta(index: &Database) -> Result<(u64, u64)> {
     Ok((get(META_APPLIED_SEQ)?, get(META_FIRST_SEGMENT)?))
 }
 
+/// The separating keyspaces (name → threshold) and the live bytes per segment.
+fn read_values_meta(index: &Database) -> Result<(HashMap<String, u64>, BTreeMap<u64, u64>)> {
+    let txn = index
+        .begin_read()
+        .map_err(|e| Error::storage(ENGINE_NAME, "begin read", e))?;
+    let mut separated = HashMap::new();
+    match txn.open_table(META) {
+        Ok(t) => {
+            let range = t
+                .range(META_SEPARATE_PREFIX..)
+                .map_err(|e| Error::storage(ENGINE_NAME, "read meta", e))?;
+            for item in range {
+                let (k, v) = item.map_err(|e| Error::storage(ENGINE_NAME, "read meta", e))?;
+                let Some(name) = k.value().strip_prefix(META_SEPARATE_PREFIX) else {
+                    break;
+                };
+                separated.insert(name.to_string(), v.value());
+            }
+        }
+        Err(TableError::TableDoesNotExist(_)) => {}
+        Err(e) => return Err(Error::storage(ENGINE_NAME, "open meta", e)),
+    }
+    let mut live = BTreeMap::new();
+    match txn.open_table(LIVE) {
+        Ok(t) => {
+            for item in t
+                .iter()
+                .map_err(|e| Error::storage(ENGINE_NAME, "read live", e))?
+            {
+                let (k, v) = item.map_err(|e| Error::storage(ENGINE_NAME, "read live", e))?;
+                live.insert(k.value(), v.value());
+            }
+        }
+        Err(TableError::TableDoesNotExist(_)) => {}
+        Err(e) => return Err(Error::storage(ENGINE_NAME, "open live", e)),
+    }
+    Ok((separated, live))
+}
+
+/// The segment number a file name in the journal directory names, if it names one.
+fn parse_segment_file_name(name: &std::ffi::OsStr) -> Option<u64> {
+    let digits = name.to_str()?.strip_suffix(".seg")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Where a value the index points at lies in the journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ValueAt {
+    segment: u64,
+    offset: u64,
+    len: u32,
+    crc: u32,
+}
+
+impl ValueAt {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.push(VALUE_IN_SEGMENT);
+        out.extend_from_slice(&self.segment.to_le_bytes());
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+        out.extend_from_slice(&self.crc.to_le_bytes());
+    }
+
+    /// The pointer in a tagged index value; `Ok(None)` for an inline value.
+    fn decode(stored: &[u8]) -> std::result::Result<Option<ValueAt>, CorruptReason> {
+        match stored.first() {
+            Some(&VALUE_INLINE) => Ok(None),
+            Some(&VALUE_IN_SEGMENT) if stored.len() == POINTER_BYTES => {
+                let u64_at =
+                    |at: usize| u64::from_le_bytes(stored[at..at + 8].try_into().expect("8"));
+                let u32_at =
+                    |at: usize| u32::from_le_bytes(stored[at..at + 4].try_into().expect("4"));
+                Ok(Some(ValueAt {
+                    segment: u64_at(1),
+                    offset: u64_at(9),
+                    len: u32_at(17),
+                    crc: u32_at(21),
+                }))
+            }
+            Some(&VALUE_IN_SEGMENT) => Err(CorruptReason::Invalid("value pointer length")),
+            Some(_) => Err(CorruptReason::Invalid("index value tag")),
+            None => Err(CorruptReason::Invalid("empty tagged index value")),
+        }
+    }
+}
+
+/// One unit's ops for one keyspace, the unit, and the layout at the section's start.
+type Run<'a> = (&'a [UnitOp], &'a Pending, Layout);
+
 /// The last segment as recovery found it.
 #[derive(Debug)]
 struct LastSegment {
@@ -647,8 +915,8 @@ struct LastSegment {
 
 #[derive(Debug)]
 struct Scan {
-    /// Units past `applied_seq`, in order.
-    replay: Vec<(Header, Sections)>,
+    /// Units past `applied_seq`, in order, with where each lies (segment, offset).
+    replay: Vec<(Header, Sections, (u64, u64))>,
     segments: BTreeMap<u64, u64>,
     last: Option<LastSegment>,
     /// The last valid unit's seq (0: none).
@@ -720,9 +988,10 @@ fn scan(fs: &dyn FileSystem, dir: &Path, applied_seq: u64, first_segment: u64) -
                     }
                     prev_seq = Some(header.seq);
                     first_seq.get_or_insert(header.seq);
+                    let at = (index, off as u64);
                     off += header.unit_len() as usize;
                     if header.seq > applied_seq {
-                        out.replay.push((header, sections));
+                        out.replay.push((header, sections, at));
                     }
                 }
                 Decoded::Invalid(reason) => {
@@ -827,7 +1096,8 @@ impl Shared {
             let bytes = unit::encode(seq, w.synced_through, &sections).ok_or_else(|| {
                 Error::InvalidInput("a journal unit's body must be under 4 GiB".into())
             })?;
-            self.append(&mut w, seq, &bytes)?;
+            let offset = self.append(&mut w, seq, &bytes)?;
+            let at = (w.segment, offset);
             // The unit enters the overlay only after it is in the file, and (synced) after
             // its sync: a reader never sees a write a crash could take back once `Ok`.
             if synced {
@@ -835,7 +1105,7 @@ impl Shared {
             }
             w.next_seq = seq + 1;
             let mut st = self.lock_state();
-            push_unit(&mut st, seq, sections);
+            push_unit(&mut st, seq, sections, at);
             self.counters
                 .overlay_bytes_peak
                 .fetch_max(st.overlay_bytes, Ordering::Relaxed);
@@ -879,8 +1149,8 @@ impl Shared {
     }
 
     /// Appends `bytes` (unit `seq`) to the active segment, rolling to a new one first when
-    /// it would pass the segment size.
-    fn append(&self, w: &mut Writer, seq: u64, bytes: &[u8]) -> Result<()> {
+    /// it would pass the segment size. Returns the unit's offset in `w.segment`.
+    fn append(&self, w: &mut Writer, seq: u64, bytes: &[u8]) -> Result<u64> {
         let len = bytes.len() as u64;
         let roll = match w.file {
             None => true,
@@ -944,11 +1214,12 @@ impl Shared {
             .expect("invariant: a segment is open after a roll");
         file.write_at(w.offset, bytes)
             .map_err(|e| self.fail(Error::io(ENGINE_NAME, "append unit", &path, e)))?;
+        let at = w.offset;
         w.offset += len;
         w.written_through = seq;
         bump(&self.counters.units_written, 1);
         bump(&self.counters.journal_bytes_written, len);
-        Ok(())
+        Ok(at)
     }
 
     /// Writes the spare segment: `segment_bytes` of zeros, then `sync_data` (the caller
@@ -1031,8 +1302,15 @@ impl Shared {
         };
         if let Some(last) = units.last() {
             let last_seq = last.seq;
-            self.apply_units(&units)?;
+            let live_now = self.apply_units(&units)?;
             let mut st = self.lock_state();
+            for (segment, bytes) in live_now {
+                if bytes == 0 {
+                    st.live.remove(&segment);
+                } else {
+                    st.live.insert(segment, bytes);
+                }
+            }
             for u in &units {
                 let front = st
                     .queue
@@ -1070,7 +1348,12 @@ impl Shared {
     }
 
     /// One redb transaction with `Durability::None` holding `units`, in seq order per key.
-    fn apply_units(&self, units: &[Pending]) -> Result<()> {
+    /// In a separating keyspace a value at or above its threshold is written as a pointer
+    /// to its bytes in the unit (ADR 0013), and the live bytes per segment follow every
+    /// pointer written, replaced or deleted. Returns the new live bytes of each segment
+    /// whose count changed (written in the same transaction).
+    fn apply_units(&self, units: &[Pending]) -> Result<Vec<(u64, u64)>> {
+        let separated = self.lock_state().separated.clone();
         let mut txn = self
             .index
             .begin_write()
@@ -1078,28 +1361,114 @@ impl Shared {
         txn.set_durability(redb::Durability::None)
             .map_err(self.failing("set durability"))?;
         // Per keyspace, its ops from every unit in seq order (keyspaces are independent
-        // tables, so grouping keeps each key's order).
-        let mut by_keyspace: BTreeMap<&str, Vec<&[UnitOp]>> = BTreeMap::new();
+        // tables, so grouping keeps each key's order), each with where its unit lies.
+        let mut by_keyspace: BTreeMap<&str, Vec<Run<'_>>> = BTreeMap::new();
         for u in units {
+            let mut layout = Layout::new();
             for (name, ops) in &u.sections.0 {
-                by_keyspace.entry(name).or_default().push(ops);
+                layout.section(name);
+                by_keyspace.entry(name).or_default().push((ops, u, layout));
+                for (k, v) in ops {
+                    layout.op(k.len(), v.as_ref().map(|v| v.len()));
+                }
             }
         }
+        // Segment → change of the bytes the index points at in it.
+        let mut delta: BTreeMap<u64, i64> = BTreeMap::new();
+        let mut kept = 0u64;
+        let mut stored = Vec::new();
         for (name, runs) in by_keyspace {
             let table_name = table_name(name);
             let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(&table_name);
             let mut table = txn.open_table(def).map_err(self.failing("open table"))?;
-            for (k, v) in runs.into_iter().flatten() {
-                match v {
-                    Some(v) => {
-                        table
-                            .insert(&k[..], &v[..])
-                            .map_err(self.failing("insert"))?;
-                    }
-                    None => {
-                        table.remove(&k[..]).map_err(self.failing("remove"))?;
+            let Some(&from) = separated.get(name) else {
+                for (k, v) in runs.into_iter().flat_map(|(ops, _, _)| ops.iter()) {
+                    match v {
+                        Some(v) => {
+                            table
+                                .insert(&k[..], &v[..])
+                                .map_err(self.failing("insert"))?;
+                        }
+                        None => {
+                            table.remove(&k[..]).map_err(self.failing("remove"))?;
+                        }
                     }
                 }
+                continue;
+            };
+            for (ops, unit, mut layout) in runs {
+                for (k, v) in ops {
+                    let value_at = layout.op(k.len(), v.as_ref().map(|v| v.len()));
+                    let old = match v {
+                        Some(v) => {
+                            stored.clear();
+                            if v.len() as u64 >= from {
+                                let at = ValueAt {
+                                    segment: unit.segment,
+                                    offset: unit.offset
+                                        + value_at.expect("invariant: a put has a value"),
+                                    len: u32::try_from(v.len())
+                                        .expect("invariant: a unit's values are under 4 GiB"),
+                                    crc: crc32fast::hash(v),
+                                };
+                                at.encode(&mut stored);
+                                *delta.entry(at.segment).or_default() += i64::from(at.len);
+                                kept += 1;
+                            } else {
+                                stored.push(VALUE_INLINE);
+                                stored.extend_from_slice(v);
+                            }
+                            table
+                                .insert(&k[..], &stored[..])
+                                .map_err(self.failing("insert"))?
+                        }
+                        None => table.remove(&k[..]).map_err(self.failing("remove"))?,
+                    };
+                    // The value replaced or deleted no longer holds its segment.
+                    if let Some(old) = old {
+                        let old_at = ValueAt::decode(old.value()).map_err(|reason| {
+                            self.fail(Error::Corrupt {
+                                db: format!("{ENGINE_NAME} index, keyspace {name}"),
+                                key: k.to_vec(),
+                                height: None,
+                                reason,
+                            })
+                        })?;
+                        if let Some(old_at) = old_at {
+                            *delta.entry(old_at.segment).or_default() -= i64::from(old_at.len);
+                        }
+                    }
+                }
+            }
+        }
+        let mut live_now = Vec::new();
+        if !delta.is_empty() {
+            let mut live = txn.open_table(LIVE).map_err(self.failing("open live"))?;
+            for (segment, change) in delta {
+                if change == 0 {
+                    continue;
+                }
+                let was = live
+                    .get(segment)
+                    .map_err(self.failing("read live"))?
+                    .map_or(0, |g| g.value());
+                let now = i64::try_from(was).expect("live bytes fit i64") + change;
+                // Invariant: a segment's live bytes are the sum of the pointers into it.
+                let now = u64::try_from(now).map_err(|_| {
+                    self.fail(Error::Corrupt {
+                        db: format!("{ENGINE_NAME} index"),
+                        key: segment_file_name(segment).into_bytes(),
+                        height: None,
+                        reason: CorruptReason::Invalid("live bytes below zero"),
+                    })
+                })?;
+                if now == 0 {
+                    live.remove(segment).map_err(self.failing("write live"))?;
+                } else {
+                    live.insert(segment, now)
+                        .map_err(self.failing("write live"))?;
+                }
+                live_now.push((segment, now));
             }
         }
         {
@@ -1108,13 +1477,16 @@ impl Shared {
             meta.insert(META_APPLIED_SEQ, last)
                 .map_err(self.failing("write meta"))?;
         }
-        txn.commit().map_err(self.failing("commit"))
+        txn.commit().map_err(self.failing("commit"))?;
+        bump(&self.counters.values_kept_in_journal, kept);
+        Ok(live_now)
     }
 
     /// A durable redb commit recording `applied_seq` and the first segment still needed;
-    /// then the segments below it are deleted.
+    /// then the segments below it that no pointer holds are deleted (once no reader holds
+    /// an older snapshot).
     fn checkpoint(&self) -> Result<()> {
-        let (applied, first_needed, old_first) = {
+        let (applied, first_needed) = {
             let st = self.lock_state();
             let segs: Vec<(u64, u64)> = st.segments.iter().map(|(i, s)| (*i, *s)).collect();
             // Segment i is wholly applied when it is not the active one and the next one's
@@ -1127,8 +1499,7 @@ impl Shared {
                     break;
                 }
             }
-            let old_first = segs.first().map_or(first_needed, |(i, _)| *i);
-            (st.applied_seq, first_needed, old_first)
+            (st.applied_seq, first_needed)
         };
         let mut txn = self
             .index
@@ -1145,6 +1516,8 @@ impl Shared {
         }
         // Order matters: the checkpoint is durable before any segment below it is deleted;
         // deleting first could lose units redb does not hold durably.
+        // Crash: a cut before this commit returns leaves the previous checkpoint, whose
+        // first segment and live counts still hold every segment this trim would delete.
         txn.commit().map_err(self.failing("checkpoint commit"))?;
         bump(&self.counters.checkpoints, 1);
         {
@@ -1152,11 +1525,48 @@ impl Shared {
             st.checkpoint_seq = applied;
             st.bytes_since_checkpoint = 0;
             st.last_checkpoint = Instant::now();
+            let below: Vec<u64> = st.segments.range(..first_needed).map(|(i, _)| *i).collect();
             st.segments.retain(|i, _| *i >= first_needed);
+            st.held.extend(below);
+            // The live counts are the ones this checkpoint made durable (the apply lock is
+            // held): a segment below the first needed with no pointer into it is done.
+            let done: Vec<u64> = st
+                .held
+                .iter()
+                .copied()
+                .filter(|i| !st.live.contains_key(i))
+                .collect();
+            let kept = st.held.len() - done.len();
+            bump(&self.counters.segments_kept_for_values, kept as u64);
+            if !done.is_empty() {
+                let epoch = st.epoch;
+                for i in done {
+                    st.held.remove(&i);
+                    st.doomed.push((epoch, i));
+                }
+                // Snapshots taken from now on were begun after this commit: no pointer
+                // into a doomed segment is in them.
+                st.epoch += 1;
+            }
         }
-        // An unlink lost in a crash leaves a segment below `first_segment`: the next open
-        // deletes it. No directory fsync is needed for that.
-        for index in old_first..first_needed {
+        self.unlink_doomed()
+    }
+
+    /// Unlinks the doomed segments no reader's snapshot can still point into.
+    // Crash: an unlink lost in a crash leaves a segment below `first_segment` with no
+    // pointer into it: the next open deletes it. No directory fsync is needed for that.
+    fn unlink_doomed(&self) -> Result<()> {
+        let ready: Vec<u64> = {
+            let mut st = self.lock_state();
+            let oldest_pin = st.pins.keys().next().copied();
+            let (ready, wait): (Vec<_>, Vec<_>) = st
+                .doomed
+                .iter()
+                .partition(|(epoch, _)| oldest_pin.is_none_or(|p| p > *epoch));
+            st.doomed = wait;
+            ready.into_iter().map(|(_, i)| i).collect()
+        };
+        for index in ready {
             let path = self.segment_path(index);
             match self.fs.remove_file(&path) {
                 Ok(()) => bump(&self.counters.segments_deleted, 1),
@@ -1216,22 +1626,98 @@ impl Shared {
 
     /// The overlay's view of `keyspace` and a redb read transaction taken under the same
     /// lock: an entry leaves the overlay only after its redb commit, so the pair is one
-    /// consistent snapshot.
+    /// consistent snapshot. For a separating keyspace the snapshot's trim epoch is pinned
+    /// too: no segment its pointers lead to is unlinked while the pin lives.
     fn snapshot<T>(
         &self,
         db: &str,
         keyspace: &str,
         from_overlay: impl FnOnce(Option<&Overlay>) -> T,
-    ) -> Result<(T, redb::ReadTransaction)> {
+    ) -> Result<(T, redb::ReadTransaction, Option<ReadPin<'_>>)> {
         self.poison.check(db)?;
-        let st = self.lock_state();
+        let mut st = self.lock_state();
         let t = from_overlay(st.overlay.get(keyspace));
         let txn = self
             .index
             .begin_read()
             .map_err(|e| Error::storage(db, "begin read", e))?;
+        let pin = if st.separated.contains_key(keyspace) {
+            let epoch = st.epoch;
+            *st.pins.entry(epoch).or_default() += 1;
+            Some(ReadPin {
+                shared: self,
+                epoch,
+            })
+        } else {
+            None
+        };
         drop(st);
-        Ok((t, txn))
+        Ok((t, txn, pin))
+    }
+
+    /// The value an index entry of a separating keyspace stands for: its inline bytes, or
+    /// the bytes its pointer leads to, checked against the pointer's crc32.
+    fn stored_value(&self, db: &str, key: &[u8], stored: &[u8]) -> Result<Bytes> {
+        let corrupt_at = |reason| Error::Corrupt {
+            db: db.to_string(),
+            key: key.to_vec(),
+            height: None,
+            reason,
+        };
+        let Some(at) = ValueAt::decode(stored).map_err(corrupt_at)? else {
+            return Ok(Bytes::copy_from_slice(&stored[1..]));
+        };
+        let path = self.segment_path(at.segment);
+        let file = match self.fs.open_file(&path, OpenMode::Existing) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(corrupt_at(CorruptReason::Invalid(
+                    "the segment holding the value is missing",
+                )));
+            }
+            Err(e) => return Err(Error::io(db, "open segment", &path, e)),
+        };
+        let mut value = vec![0u8; at.len as usize];
+        file.read_at(at.offset, &mut value)
+            .map_err(|e| Error::io(db, "read value", &path, e))?;
+        let computed = crc32fast::hash(&value);
+        if computed != at.crc {
+            return Err(corrupt_at(CorruptReason::Checksum {
+                stored: at.crc,
+                computed,
+            }));
+        }
+        bump(&self.counters.values_read_from_journal, 1);
+        Ok(Bytes::from(value))
+    }
+}
+
+/// A reader's hold on its snapshot's trim epoch (see [`Shared::snapshot`]).
+#[derive(Debug)]
+struct ReadPin<'a> {
+    shared: &'a Shared,
+    epoch: u64,
+}
+
+impl Drop for ReadPin<'_> {
+    fn drop(&mut self) {
+        let doomed = {
+            let mut st = self.shared.lock_state();
+            let n = st
+                .pins
+                .get_mut(&self.epoch)
+                .expect("invariant: a pin is counted");
+            *n -= 1;
+            if *n == 0 {
+                st.pins.remove(&self.epoch);
+            }
+            !st.doomed.is_empty()
+        };
+        // The last reader of an old snapshot lets the segments doomed since go; a failure
+        // poisons the engine (callers see it on their next call).
+        if doomed && !self.shared.poison.is_set() {
+            let _ = self.shared.unlink_doomed();
+        }
     }
 }
 
@@ -1269,6 +1755,19 @@ impl JournalDb {
         &self.handle.shared
     }
 
+    /// The options this keyspace was created with.
+    pub fn options(&self) -> KeyspaceOptions {
+        let from = self
+            .shared()
+            .lock_state()
+            .separated
+            .get(&self.name)
+            .copied();
+        KeyspaceOptions {
+            separate_values_from: from.map(|f| u32::try_from(f).unwrap_or(u32::MAX)),
+        }
+    }
+
     fn write_sections(&self, ops: Vec<UnitOp>, durability: Durability) -> Result<()> {
         self.shared().commit(
             &self.name,
@@ -1288,7 +1787,7 @@ impl Db for JournalDb {
     }
 
     fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
-        let (hits, txn) = self.shared().snapshot(&self.name, &self.name, |ov| {
+        let (hits, txn, pin) = self.shared().snapshot(&self.name, &self.name, |ov| {
             keys.iter()
                 .map(|k| ov.and_then(|ov| ov.get(*k)).map(|(_, v)| v.clone()))
                 .collect::<Vec<OverlayHit>>()
@@ -1302,12 +1801,18 @@ impl Db for JournalDb {
                     if table.is_none() {
                         table = Some(open_read_table(&txn, &self.name, &self.name)?);
                     }
-                    let v = match table.as_ref().expect("opened above") {
+                    let stored = match table.as_ref().expect("opened above") {
                         Some(t) => t
                             .get(*k)
-                            .map_err(|e| Error::storage(&self.name, "get", e))?
-                            .map(|g| Bytes::copy_from_slice(g.value())),
+                            .map_err(|e| Error::storage(&self.name, "get", e))?,
                         None => None,
+                    };
+                    let v = match (stored, &pin) {
+                        (None, _) => None,
+                        (Some(g), None) => Some(Bytes::copy_from_slice(g.value())),
+                        (Some(g), Some(_)) => {
+                            Some(self.shared().stored_value(&self.name, k, g.value())?)
+                        }
                     };
                     out.push(v);
                 }
@@ -1322,7 +1827,7 @@ impl Db for JournalDb {
             return Ok(Box::new(std::iter::empty()));
         }
         let bounds = range.as_ref_bounds();
-        let (mut over, txn) = self.shared().snapshot(&self.name, &self.name, |ov| {
+        let (mut over, txn, pin) = self.shared().snapshot(&self.name, &self.name, |ov| {
             ov.map(|ov| {
                 ov.range::<[u8], _>(bounds)
                     .map(|(k, (_, v))| (k.clone(), v.clone()))
@@ -1340,14 +1845,15 @@ impl Db for JournalDb {
                     .range::<&[u8]>(bounds)
                     .map_err(|e| Error::storage(&self.name, "range", e))?;
                 let name = self.name.clone();
+                let shared = self.shared();
+                // The pin lives as long as the iterator: its pointers stay readable.
                 let map = move |item: RedbItem| {
-                    item.map(|(k, v)| {
-                        (
-                            Bytes::copy_from_slice(k.value()),
-                            Bytes::copy_from_slice(v.value()),
-                        )
-                    })
-                    .map_err(|e| Error::storage(&name, "iterate", e))
+                    let (k, v) = item.map_err(|e| Error::storage(&name, "iterate", e))?;
+                    let value = match &pin {
+                        None => Bytes::copy_from_slice(v.value()),
+                        Some(_) => shared.stored_value(&name, k.value(), v.value())?,
+                    };
+                    Ok((Bytes::copy_from_slice(k.value()), value))
                 };
                 match direction {
                     Direction::Forward => Box::new(r.map(map)),

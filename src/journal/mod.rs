@@ -9,6 +9,9 @@
 //! * The applier applies durable units to redb with `Durability::None`; a checkpoint (one
 //!   `Immediate` commit recording `applied_seq`) runs every [`CHECKPOINT_BYTES`] or
 //!   [`CHECKPOINT_INTERVAL`]; only then are whole segments below it deleted.
+//! * Values of a separating keyspace ([`KeyspaceOptions`], the home's block store) at or
+//!   above its threshold are written once: the index holds a pointer to their bytes in
+//!   the unit, and a segment is kept while a pointer into it remains (ADR 0013).
 //! * Recovery on open: redb at its last checkpoint, units past it replayed, a torn tail
 //!   truncated, any other invalid unit refused with [`Error::Corrupt`](crate::Error) naming
 //!   the segment and offset — decided before anything is written.
@@ -25,7 +28,7 @@ mod unit;
 
 pub use engine::{
     APPLY_BATCH_DELAY, Applier, CHECKPOINT_BYTES, CHECKPOINT_INTERVAL, INDEX_FILE, JournalCounts,
-    JournalDb, JournalEngine, JournalOptions, OVERLAY_BYTES_MAX, SEGMENT_BYTES, SPARE_SEGMENT_FILE,
-    segment_file_name,
+    JournalDb, JournalEngine, JournalOptions, KeyspaceOptions, OVERLAY_BYTES_MAX, SEGMENT_BYTES,
+    SEPARATE_VALUES_FROM_BYTES, SEPARATE_VALUES_MIN_BYTES, SPARE_SEGMENT_FILE, segment_file_name,
 };
 pub use unit::KEYSPACE_NAME_BYTES_MAX;

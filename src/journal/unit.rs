@@ -62,6 +62,38 @@ impl Header {
     }
 }
 
+/// Where each value of a unit lies, counted from the unit's first byte: the walk `encode`
+/// makes, without the bytes. The applier uses it to point at a value the journal keeps
+/// (ADR 0013) rather than copy it; `encode` asserts it agrees.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Layout {
+    at: u64,
+}
+
+impl Layout {
+    /// The layout at the start of a unit's first section.
+    pub(crate) fn new() -> Self {
+        Layout {
+            at: (HEADER_BYTES + 4) as u64,
+        }
+    }
+
+    /// Steps over a section's header.
+    pub(crate) fn section(&mut self, name: &str) {
+        self.at += 1 + name.len() as u64 + 4;
+    }
+
+    /// Steps over one op; a put's value starts at the returned offset.
+    pub(crate) fn op(&mut self, key_len: usize, value_len: Option<usize>) -> Option<u64> {
+        self.at += 1 + 4 + key_len as u64;
+        value_len.map(|n| {
+            let value_at = self.at + 4;
+            self.at = value_at + n as u64;
+            value_at
+        })
+    }
+}
+
 /// Encodes one unit. `None` when the body exceeds `u32::MAX` bytes.
 pub(crate) fn encode(seq: u64, synced_through: u64, sections: &Sections) -> Option<Vec<u8>> {
     let mut body_len: u64 = 4;
@@ -83,7 +115,9 @@ pub(crate) fn encode(seq: u64, synced_through: u64, sections: &Sections) -> Opti
     out.extend_from_slice(&header_crc.to_le_bytes());
     debug_assert_eq!(out.len(), HEADER_BYTES);
     out.extend_from_slice(&(sections.0.len() as u32).to_le_bytes());
+    let mut layout = Layout::new();
     for (name, ops) in &sections.0 {
+        layout.section(name);
         assert!(
             !name.is_empty() && name.len() <= KEYSPACE_NAME_BYTES_MAX,
             "invariant: keyspace names are checked when the keyspace is opened"
@@ -92,12 +126,14 @@ pub(crate) fn encode(seq: u64, synced_through: u64, sections: &Sections) -> Opti
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
         for (k, v) in ops {
+            let value_at = layout.op(k.len(), v.as_ref().map(|v| v.len()));
             match v {
                 Some(v) => {
                     out.push(OP_PUT);
                     out.extend_from_slice(&(k.len() as u32).to_le_bytes());
                     out.extend_from_slice(k);
                     out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                    debug_assert_eq!(value_at, Some(out.len() as u64), "layout agrees");
                     out.extend_from_slice(v);
                 }
                 None => {
@@ -266,6 +302,35 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_layout_points_at_every_value_of_an_encoded_unit() {
+        let s = sample();
+        let bytes = encode(3, 2, &s).unwrap();
+        let mut layout = Layout::new();
+        let mut seen = 0;
+        for (name, ops) in &s.0 {
+            layout.section(name);
+            for (k, v) in ops {
+                let at = layout.op(k.len(), v.as_ref().map(|v| v.len()));
+                assert_eq!(at.is_some(), v.is_some());
+                if let (Some(at), Some(v)) = (at, v) {
+                    let at = at as usize;
+                    assert_eq!(&bytes[at..at + v.len()], &v[..], "{name} {k:?}");
+                    // The four bytes before a value are its length.
+                    assert_eq!(le_u32(&bytes, at - 4) as usize, v.len());
+                    seen += 1;
+                }
+            }
+        }
+        assert_eq!(seen, 2);
+        // A wrong layout (one byte off) does not point at the values.
+        let mut off = Layout::new();
+        off.at += 1;
+        off.section("blocks");
+        let at = off.op(2, Some(2)).unwrap() as usize;
+        assert_ne!(&bytes[at..at + 2], b"v1");
     }
 
     #[test]

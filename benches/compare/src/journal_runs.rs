@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use flushpoint::demo::{ChainSpec, KvApp};
 use flushpoint::{
-    BlockStore, Db, FlushPolicy, HoldingDb, JournalEngine, JournalOptions, Mode, NoEvents, Node,
-    StateStore, StdFs,
+    BlockStore, Db, FlushPolicy, HoldingDb, JournalEngine, JournalOptions, KeyspaceOptions, Mode,
+    NoEvents, Node, SEPARATE_VALUES_FROM_BYTES, StateStore, StdFs,
 };
 
 use crate::check::{Outcome, check};
@@ -35,9 +35,9 @@ fn sabotage_heights() -> bool {
 }
 
 /// `FPJ_PREPARE=0` turns prepared segments off (`JournalOptions::prepare_segments`), to
-/// measure what they change.
+/// measure what they change; `FPJ_SEPARATE=0` keeps block parts in the index.
 fn open(dir: &Path) -> Result<JournalEngine, String> {
-    JournalEngine::open(
+    let engine = JournalEngine::open(
         Arc::new(StdFs),
         &dir.join("journal"),
         JournalOptions {
@@ -45,7 +45,18 @@ fn open(dir: &Path) -> Result<JournalEngine, String> {
             ..JournalOptions::default()
         },
     )
-    .map_err(fp_err("open journal"))
+    .map_err(fp_err("open journal"))?;
+    // As a journal home does (ADR 0013): the block store's parts are written once, to the
+    // journal. `FPJ_SEPARATE=0` keeps them in the index, to measure what that changes.
+    if std::env::var("FPJ_SEPARATE").map_or(true, |v| v != "0") {
+        engine
+            .keyspace_with(
+                KEYSPACES[0],
+                KeyspaceOptions::separating_values_from(SEPARATE_VALUES_FROM_BYTES),
+            )
+            .map_err(fp_err("block store keyspace"))?;
+    }
+    Ok(engine)
 }
 
 fn durable_heights(engine: &JournalEngine) -> Result<[u64; 3], String> {
