@@ -248,6 +248,15 @@ fn run(fs: &SimFs, steps: &[Step], options: JournalOptions) -> (Outcome, Option<
             return (out, None);
         }
     };
+    // The first keyspace keeps its values of 64 bytes or more in the journal (ADR 0013): its
+    // creation record, pointers, live counts and trims meet the faults too.
+    if let Err(e) = engine.keyspace_with(
+        KEYSPACES[0],
+        flushpoint::KeyspaceOptions::separating_values_from(64),
+    ) {
+        out.first_err = Some(("keyspace_with".into(), e.kind(), e.to_string(), fs.ops()));
+        return (out, Some(engine));
+    }
     let dbs: Vec<_> = KEYSPACES
         .iter()
         .map(|n| engine.keyspace(n).expect("keyspace"))

@@ -35,13 +35,18 @@ fn sabotage_heights() -> bool {
 }
 
 /// `FPJ_PREPARE=0` turns prepared segments off (`JournalOptions::prepare_segments`), to
-/// measure what they change; `FPJ_SEPARATE=0` keeps block parts in the index.
+/// measure what they change; `FPJ_SEPARATE=0` keeps block parts in the index;
+/// `FPJ_APPLY_DELAY_MS` sets `JournalOptions::apply_batch_delay`.
 fn open(dir: &Path) -> Result<JournalEngine, String> {
     let engine = JournalEngine::open(
         Arc::new(StdFs),
         &dir.join("journal"),
         JournalOptions {
             prepare_segments: std::env::var("FPJ_PREPARE").map_or(true, |v| v != "0"),
+            apply_batch_delay: std::env::var("FPJ_APPLY_DELAY_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map_or(flushpoint::APPLY_BATCH_DELAY, Duration::from_millis),
             ..JournalOptions::default()
         },
     )
