@@ -10,7 +10,9 @@
 //!   every case; a decoy keyspace holds the same keys with other values, so a write or a read
 //!   leaking across keyspaces diverges from the model;
 //! * `journal_disk`: on a real directory with the background applier and the default sizes;
-//! * `journal_disk_small`: a real directory, the background applier and tiny sizes.
+//! * `journal_disk_small`: a real directory, the background applier and tiny sizes;
+//! * `journal_separating`: `journal_sim` with the keyspace keeping values of 64 bytes or
+//!   more in the journal (ADR 0013): the model's large values are read through pointers.
 //!
 //! The expected answers are computed here from a `BTreeMap` with this file's own bound logic,
 //! never with the crate's `KeyRange::contains`, so a wrong bound in the crate cannot agree
@@ -24,7 +26,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use flushpoint::{
     Applier, Batch, Db, Direction, Durability, FileSystem, JournalEngine, JournalOptions, KeyRange,
-    MemoryDb, RedbDb, RedbOptions, SimFs, StdFs, collect_range,
+    KeyspaceOptions, MemoryDb, RedbDb, RedbOptions, SEPARATE_VALUES_MIN_BYTES, SimFs, StdFs,
+    collect_range,
 };
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 
@@ -67,7 +70,12 @@ struct Fixture {
 
 /// Opens the engine and the keyspace under test; on first open fills the decoy keyspace
 /// with the model's keys (one synced multi-keyspace commit).
-fn open_keyspace(fs: Arc<dyn FileSystem>, dir: &Path, options: JournalOptions) -> Box<dyn Db> {
+fn open_keyspace(
+    fs: Arc<dyn FileSystem>,
+    dir: &Path,
+    options: JournalOptions,
+    keyspace: KeyspaceOptions,
+) -> Box<dyn Db> {
     let engine = JournalEngine::open(fs, dir, options).expect("open journal");
     let decoy = engine.keyspace(DECOY).expect("decoy keyspace");
     if decoy.get(b"").expect("decoy get").is_none() {
@@ -88,7 +96,7 @@ fn open_keyspace(fs: Arc<dyn FileSystem>, dir: &Path, options: JournalOptions) -
             .commit(&[(DECOY, &batch)], Durability::Synced)
             .expect("decoy commit");
     }
-    Box::new(engine.keyspace(KEYSPACE).expect("keyspace"))
+    Box::new(engine.keyspace_with(KEYSPACE, keyspace).expect("keyspace"))
 }
 
 impl Fixture {
@@ -129,9 +137,32 @@ impl Fixture {
         options: JournalOptions,
         tmp: Option<tempfile::TempDir>,
     ) -> Self {
+        Self::journal_with(fs, dir, options, KeyspaceOptions::default(), tmp)
+    }
+
+    fn journal_with(
+        fs: Arc<dyn FileSystem>,
+        dir: std::path::PathBuf,
+        options: JournalOptions,
+        keyspace: KeyspaceOptions,
+        tmp: Option<tempfile::TempDir>,
+    ) -> Self {
         Self::reopenable(
-            move || open_keyspace(fs.clone(), &dir, options.clone()),
+            move || open_keyspace(fs.clone(), &dir, options.clone(), keyspace),
             tmp,
+        )
+    }
+
+    /// `journal_sim` with the keyspace separating (ADR 0013): values of
+    /// `SEPARATE_VALUES_MIN_BYTES` or more are read through pointers into the segments,
+    /// which trims keep while pointed at.
+    fn journal_separating() -> Self {
+        Self::journal_with(
+            Arc::new(SimFs::new()),
+            "/j".into(),
+            small(Applier::Inline),
+            KeyspaceOptions::separating_values_from(SEPARATE_VALUES_MIN_BYTES),
+            None,
         )
     }
 
@@ -598,7 +629,7 @@ macro_rules! conformance {
 /// an fsync can take ~10 ms, so the disk backends get fewer cases to keep the file well
 /// under 20 s; `SimFs` and memory cost no fsync.
 fn model_cases(backend: &str) -> u64 {
-    if matches!(backend, "memory" | "journal_sim") {
+    if matches!(backend, "memory" | "journal_sim" | "journal_separating") {
         500
     } else {
         60
@@ -610,6 +641,7 @@ conformance!(redb, Fixture::redb());
 conformance!(journal_sim, Fixture::journal_sim());
 conformance!(journal_disk, Fixture::journal_disk());
 conformance!(journal_disk_small, Fixture::journal_disk_small());
+conformance!(journal_separating, Fixture::journal_separating());
 
 mod model {
     use super::*;
@@ -649,6 +681,8 @@ mod model {
         let len = match pick(10) {
             0 => 20_000 + pick(20_000) as usize,
             1 => 0,
+            // Around a separating keyspace's threshold (64 bytes): both sides of it.
+            2 => 60 + pick(8) as usize,
             _ => pick(64) as usize,
         };
         let fill = pick(256) as u8;

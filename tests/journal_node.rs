@@ -140,8 +140,7 @@ fn run(fs: &SimFs, background: bool, snapshot: bool) -> RunOut {
     let mut out = RunOut::default();
     let fired: Arc<Mutex<Vec<Event>>> = Arc::default();
     let r = (|| -> Result<(), String> {
-        let engine = open_journal(fs)
-            .map_err(|e| format!("journal: {e}"))?;
+        let engine = open_journal(fs).map_err(|e| format!("journal: {e}"))?;
         let ks = |n: &str| -> Result<Arc<dyn Db>, String> {
             Ok(engine.keyspace(n).map_err(|e| e.to_string())? as Arc<dyn Db>)
         };
