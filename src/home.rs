@@ -33,6 +33,20 @@ pub const HOME_FORMAT_VERSION: u32 = 2;
 pub(crate) const FORMAT_FILE: &str = "FORMAT";
 const FORMAT_PREFIX: &str = "flushpoint home format ";
 const FORMAT_ENGINE_PREFIX: &str = "engine ";
+/// The third line of a journal home created since ADR 0013: its block store keeps block
+/// parts in the journal, the index pointing at them. Why a line: a build from before it
+/// would trim the segments holding the parts and read the pointers as blocks; it refuses
+/// the line ("an unexpected line") and so never opens such a home. A journal home without
+/// it keeps its parts in the index.
+const FORMAT_PARTS_LINE: &str = "parts journal";
+
+/// What a home's `FORMAT` records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Recorded {
+    engine: HomeEngine,
+    /// The block store keeps its parts in the journal (ADR 0013; journal homes only).
+    parts_in_journal: bool,
+}
 const LOCK_FILE: &str = "LOCK";
 /// File name of the block store database (redb engine).
 pub const BLOCK_STORE_FILE: &str = "blockstore.redb";
@@ -257,17 +271,20 @@ fn not_a_home(path: &Path, op: &'static str) -> Error {
 }
 
 /// The bytes of a new home's `FORMAT` on `engine`: a redb home's are exactly those of
-/// format 2 before engines existed, so older builds open it too.
+/// format 2 before engines existed, so older builds open it too; a journal home's name
+/// its engine and that its parts are kept in the journal.
 pub(crate) fn format_text(engine: HomeEngine) -> String {
     match engine {
         HomeEngine::Redb => format!("{FORMAT_PREFIX}{HOME_FORMAT_VERSION}\n"),
-        e => format!("{FORMAT_PREFIX}{HOME_FORMAT_VERSION}\n{FORMAT_ENGINE_PREFIX}{e}\n"),
+        e => format!(
+            "{FORMAT_PREFIX}{HOME_FORMAT_VERSION}\n{FORMAT_ENGINE_PREFIX}{e}\n{FORMAT_PARTS_LINE}\n"
+        ),
     }
 }
 
 /// Parses a `FORMAT` file: the version line, then at most one `engine <name>` line (none:
-/// redb).
-fn parse_format(path: &Path, text: &str) -> Result<HomeEngine> {
+/// redb), then, on a journal home, at most one `parts journal` line.
+fn parse_format(path: &Path, text: &str) -> Result<Recorded> {
     let mut lines = text.lines();
     let found = lines
         .next()
@@ -282,10 +299,15 @@ fn parse_format(path: &Path, text: &str) -> Result<HomeEngine> {
         });
     }
     let mut engine = None;
+    let mut parts_in_journal = false;
     for line in lines.map(str::trim).filter(|l| !l.is_empty()) {
+        if line == FORMAT_PARTS_LINE && engine == Some(HomeEngine::Journal) && !parts_in_journal {
+            parts_in_journal = true;
+            continue;
+        }
         let name = line
             .strip_prefix(FORMAT_ENGINE_PREFIX)
-            .filter(|_| engine.is_none())
+            .filter(|_| engine.is_none() && !parts_in_journal)
             .ok_or_else(|| not_a_home(path, "read FORMAT (an unexpected line)"))?;
         engine = Some(HomeEngine::from_name(name.trim()).ok_or_else(|| {
             not_a_home(
@@ -294,7 +316,10 @@ fn parse_format(path: &Path, text: &str) -> Result<HomeEngine> {
             )
         })?);
     }
-    Ok(engine.unwrap_or(HomeEngine::Redb))
+    Ok(Recorded {
+        engine: engine.unwrap_or(HomeEngine::Redb),
+        parts_in_journal,
+    })
 }
 
 impl Home {
@@ -374,7 +399,10 @@ impl Home {
         let lock = Arc::new(HomeLock(lock));
         // Decided (and, for a new home, durable) before any database is opened: a refusal
         // writes nothing, and no database exists without the FORMAT naming its engine.
-        let engine = Self::check_format(&*fs, path, options.engine)?;
+        let Recorded {
+            engine,
+            parts_in_journal,
+        } = Self::check_format(&*fs, path, options.engine)?;
         let storage = match engine {
             HomeEngine::Redb => {
                 let open = |file: &str, name: &str| -> Result<Arc<RedbDb>> {
@@ -407,12 +435,16 @@ impl Home {
         let [block_store_db, state_db, app_db]: [Arc<dyn Db>; 3] = match &storage {
             Storage::Redb(dbs) => dbs.clone().map(|d| d as Arc<dyn Db>),
             Storage::Journal(engine) => [
-                // Block parts are written once, to the journal (ADR 0013). A home created
-                // before that keeps its block store as it was created.
-                engine.keyspace_with(
-                    DB_NAMES[0],
-                    KeyspaceOptions::separating_values_from(SEPARATE_VALUES_FROM_BYTES),
-                )? as Arc<dyn Db>,
+                // Block parts are written once, to the journal (ADR 0013), on a home whose
+                // FORMAT says so; one created before keeps them in the index.
+                if parts_in_journal {
+                    engine.keyspace_with(
+                        DB_NAMES[0],
+                        KeyspaceOptions::separating_values_from(SEPARATE_VALUES_FROM_BYTES),
+                    )?
+                } else {
+                    engine.keyspace(DB_NAMES[0])?
+                } as Arc<dyn Db>,
                 engine.keyspace(DB_NAMES[1])? as Arc<dyn Db>,
                 engine.keyspace(DB_NAMES[2])? as Arc<dyn Db>,
             ],
@@ -434,7 +466,7 @@ impl Home {
         fs: &dyn FileSystem,
         path: &Path,
         asked: Option<HomeEngine>,
-    ) -> Result<HomeEngine> {
+    ) -> Result<Recorded> {
         let fpath = path.join(FORMAT_FILE);
         match fs.open_file(&fpath, OpenMode::Existing) {
             Ok(f) => {
@@ -443,9 +475,9 @@ impl Home {
                     .map_err(home_err(path, "read FORMAT"))?;
                 let recorded = parse_format(path, &String::from_utf8_lossy(&bytes))?;
                 match asked {
-                    Some(requested) if requested != recorded => Err(Error::HomeEngine {
+                    Some(requested) if requested != recorded.engine => Err(Error::HomeEngine {
                         path: path.to_path_buf(),
-                        recorded,
+                        recorded: recorded.engine,
                         requested,
                     }),
                     _ => Ok(recorded),
@@ -469,7 +501,10 @@ impl Home {
                 // journal whose FORMAT a cut lost would be opened as a new redb home.
                 fs.sync_dir(path)
                     .map_err(home_err(path, "fsync home directory"))?;
-                Ok(engine)
+                Ok(Recorded {
+                    engine,
+                    parts_in_journal: engine == HomeEngine::Journal,
+                })
             }
             Err(e) => Err(home_err(path, "open FORMAT")(e)),
         }
@@ -533,9 +568,20 @@ mod tests {
             format!("flushpoint home format {HOME_FORMAT_VERSION}\n")
         );
         for e in [HomeEngine::Redb, HomeEngine::Journal] {
-            assert_eq!(parse_format(p, &format_text(e)).unwrap(), e);
+            let r = parse_format(p, &format_text(e)).unwrap();
+            assert_eq!(r.engine, e);
+            // A new journal home keeps its parts in the journal (ADR 0013).
+            assert_eq!(r.parts_in_journal, e == HomeEngine::Journal);
             assert_eq!(HomeEngine::from_name(e.name()), Some(e));
         }
+        // A journal home from before ADR 0013: parts in the index.
+        assert_eq!(
+            parse_format(p, "flushpoint home format 2\nengine journal\n").unwrap(),
+            Recorded {
+                engine: HomeEngine::Journal,
+                parts_in_journal: false
+            }
+        );
     }
 
     #[test]
@@ -544,6 +590,11 @@ mod tests {
         for bad in [
             "flushpoint home format 2\nengine rocks\n",
             "flushpoint home format 2\nengine journal\nengine redb\n",
+            "flushpoint home format 2\nparts journal\n",
+            "flushpoint home format 2\nengine redb\nparts journal\n",
+            "flushpoint home format 2\nparts journal\nengine journal\n",
+            "flushpoint home format 2\nengine journal\nparts journal\nparts journal\n",
+            "flushpoint home format 2\nengine journal\nparts index\n",
             "flushpoint home format 2\nsomething\n",
             "flushpoint home format\n",
             "",

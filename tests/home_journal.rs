@@ -81,7 +81,7 @@ fn a_journal_home_records_its_engine_and_reopens_on_it_unasked() {
     assert!(home.journal().is_some() && home.redb_dbs().is_none());
     assert_eq!(
         std::fs::read_to_string(path.join("FORMAT")).unwrap(),
-        "flushpoint home format 2\nengine journal\n"
+        "flushpoint home format 2\nengine journal\nparts journal\n"
     );
     let mut b = flushpoint::Batch::new();
     b.put(b"k".to_vec(), b"v".to_vec());
@@ -266,4 +266,46 @@ fn rollback_on_a_journal_home_lowers_all_three_and_the_chain_resyncs_to_the_same
     assert_eq!(node.height(), 9);
     node.stop(Instant::now()).unwrap();
     assert_eq!(sync(Home::open(&path).unwrap(), 0, 12), at_12);
+}
+
+/// ADR 0013: a new journal home keeps its block parts in the journal (`FORMAT`'s `parts
+/// journal` line); one created before (`FORMAT` without the line) keeps them in the index,
+/// and both sync the same chain.
+#[test]
+fn a_new_journal_home_keeps_parts_in_the_journal_and_an_older_one_in_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let new = dir.path().join("new");
+    let old = dir.path().join("old");
+    // An older journal home: its FORMAT as builds before ADR 0013 wrote it.
+    std::fs::create_dir_all(&old).unwrap();
+    std::fs::write(
+        old.join("FORMAT"),
+        "flushpoint home format 2\nengine journal\n",
+    )
+    .unwrap();
+    let on_new = sync(Home::open_with(&new, journal()).unwrap(), 2, 10);
+    let on_old = sync(Home::open(&old).unwrap(), 2, 10);
+    assert_eq!(on_new, on_old);
+    let block_store = |path: &Path| {
+        let home = Home::open(path).unwrap();
+        let engine = home.journal().unwrap().clone();
+        let options = engine.keyspace("block store").unwrap().options();
+        let kept = engine.counts().values_kept_in_journal;
+        (options, kept)
+    };
+    let (new_options, _) = block_store(&new);
+    assert_eq!(
+        new_options,
+        flushpoint::KeyspaceOptions::separating_values_from(flushpoint::SEPARATE_VALUES_FROM_BYTES)
+    );
+    assert_eq!(
+        block_store(&old),
+        (flushpoint::KeyspaceOptions::default(), 0),
+        "an older home's parts stay in the index"
+    );
+    // Its FORMAT is left as it was.
+    assert_eq!(
+        std::fs::read_to_string(old.join("FORMAT")).unwrap(),
+        "flushpoint home format 2\nengine journal\n"
+    );
 }

@@ -299,3 +299,29 @@ fn an_earlier_prepared_segment_ends_at_its_zeros_and_a_zeroed_unit_in_it_is_refu
     let err = open_prepared(&fs, 200).unwrap_err();
     assert_corrupt_at(err, &seg(1), 0);
 }
+
+/// A unit that was applied (and checkpointed) was durable: damage to it in the last
+/// segment is corruption, refused naming segment and offset — never a torn tail to write
+/// over (the values a separating keyspace's index points at may lie there, ADR 0013).
+/// Checked for the first unit (no valid unit before it: the checkpoint's recorded end of
+/// the applied units decides) and for a later one (its seq is at most `applied_seq`).
+#[test]
+fn an_applied_unit_damaged_in_the_last_segment_is_refused_not_truncated() {
+    for damaged in [0usize, 1] {
+        let fs = SimFs::new();
+        let engine = open(&fs, 1 << 20).unwrap();
+        put(&engine, "a", Durability::Synced);
+        // Buffered: no later unit's `synced_through` vouches for them.
+        put(&engine, "b", Durability::Buffered);
+        put(&engine, "c", Durability::Buffered);
+        engine.checkpoint().unwrap();
+        drop(engine);
+        let offsets = unit_offsets(&fs.read(&seg(0)).unwrap());
+        assert_eq!(offsets.len(), 3);
+        flip_byte(&fs, &seg(0), offsets[damaged] + 40);
+        let before = fs.read(&seg(0)).unwrap();
+        let err = open(&fs, 1 << 20).unwrap_err();
+        assert_corrupt_at(err, &seg(0), offsets[damaged]);
+        assert_eq!(fs.read(&seg(0)).unwrap(), before, "nothing truncated");
+    }
+}

@@ -356,3 +356,32 @@ fn options_are_checked_before_anything_is_written_and_fixed_at_creation() {
     assert_eq!(other.options(), sep.options());
     assert_eq!(sep.options(), KeyspaceOptions::separating_values_from(FROM));
 }
+
+#[test]
+fn recovery_refuses_a_missing_segment_the_index_points_into_past_the_checkpoint() {
+    let fs = SimFs::new();
+    let engine = JournalEngine::open(
+        Arc::new(fs.clone()),
+        Path::new(DIR),
+        JournalOptions {
+            segment_bytes: 1 << 20,
+            ..options()
+        },
+    )
+    .expect("open");
+    let db = separating(&engine);
+    write_parts(&*db, 0..4);
+    drop(db);
+    // A clean close: applied and checkpointed; the parts are in the active segment.
+    drop(engine);
+    let seg0 = Path::new(DIR).join(segment_file_name(0));
+    assert!(find(&fs, &seg0, &part(3)).is_some());
+    fs.remove_file(&seg0).unwrap();
+    match JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options()) {
+        Err(Error::Corrupt { db, reason, .. }) => {
+            assert!(db.contains(&segment_file_name(0)), "{db}");
+            assert!(reason.to_string().contains("missing"), "{reason}");
+        }
+        other => panic!("a missing segment holding indexed values must be refused: {other:?}"),
+    }
+}

@@ -86,6 +86,11 @@ const ENGINE_NAME: &str = "journal";
 const META: TableDefinition<&str, u64> = TableDefinition::new("journal.meta");
 const META_APPLIED_SEQ: &str = "applied_seq";
 const META_FIRST_SEGMENT: &str = "first_segment";
+/// Where the last checkpointed unit ends: its segment and the offset after it. Recovery
+/// refuses an invalid unit before that point (it was durable: it was applied) rather than
+/// take it for a torn tail — the values the index points at may lie there (ADR 0013).
+const META_APPLIED_END_SEGMENT: &str = "applied_end_segment";
+const META_APPLIED_END_OFFSET: &str = "applied_end_offset";
 /// Prefix of a keyspace's table name in the index.
 const KEYSPACE_TABLE_PREFIX: &str = "ks.";
 /// Meta key prefix: `separate.<keyspace>` → the smallest value that keyspace keeps in the
@@ -246,9 +251,10 @@ fn bump(c: &AtomicU64, n: u64) {
 #[derive(Debug, Clone)]
 struct Pending {
     seq: u64,
-    /// Where the unit lies: segment and offset of its first byte.
+    /// Where the unit lies: segment and offset of its first byte, and its encoded length.
     segment: u64,
     offset: u64,
+    len: u64,
     bytes: u64,
     sections: Arc<Sections>,
     /// When the unit entered the overlay (the applier's batching clock).
@@ -268,6 +274,8 @@ struct State {
     /// Every unit with seq ≤ this is durable.
     durable_through: u64,
     applied_seq: u64,
+    /// Where the last applied unit ends (segment, offset after it).
+    applied_end: (u64, u64),
     checkpoint_seq: u64,
     bytes_since_checkpoint: u64,
     last_checkpoint: Instant,
@@ -437,7 +445,7 @@ impl JournalEngine {
             .set_cache_size(options.index_cache_bytes)
             .create_with_backend(counting)
             .map_err(|e| Error::storage(ENGINE_NAME, "open index", e))?;
-        let (applied_seq, first_segment) = read_meta(&index)?;
+        let (applied_seq, first_segment, applied_end) = read_meta(&index)?;
         let (separated, live) = read_values_meta(&index)?;
         // Segments below the checkpoint kept for their values must all be there.
         let held: BTreeSet<u64> = live.range(..first_segment).map(|(i, _)| *i).collect();
@@ -451,7 +459,19 @@ impl JournalEngine {
                 ));
             }
         }
-        let scan = scan(&*fs, dir, applied_seq, first_segment)?;
+        let scan = scan(&*fs, dir, applied_seq, first_segment, applied_end)?;
+        // Every segment a live row names is held (checked above) or read by the scan: a
+        // row past a gap would point into a number the next roll reuses.
+        if let Some((&i, _)) = live
+            .range(first_segment..)
+            .find(|(i, _)| !scan.segments.contains_key(i))
+        {
+            return Err(corrupt(
+                &dir.join(segment_file_name(i)),
+                0,
+                CorruptReason::Invalid("segment holding indexed values missing"),
+            ));
+        }
 
         // The decision is made; from here on recovery writes.
         let written_through = applied_seq.max(scan.last_seq);
@@ -513,6 +533,7 @@ impl JournalEngine {
             overlay_bytes: 0,
             durable_through: written_through,
             applied_seq,
+            applied_end,
             checkpoint_seq: applied_seq,
             bytes_since_checkpoint: 0,
             last_checkpoint: Instant::now(),
@@ -771,7 +792,12 @@ fn batch_ops(batch: &Batch) -> Vec<UnitOp> {
 
 /// Adds a unit, which lies at `(segment, offset)`, to the overlay and the queue (the caller
 /// holds the state lock).
-fn push_unit(state: &mut State, seq: u64, sections: Arc<Sections>, (segment, offset): (u64, u64)) {
+fn push_unit(
+    state: &mut State,
+    seq: u64,
+    sections: Arc<Sections>,
+    (segment, offset, len): (u64, u64, u64),
+) {
     let bytes = sections.byte_size();
     for (name, ops) in &sections.0 {
         let overlay = state.overlay.entry(name.clone()).or_default();
@@ -787,19 +813,22 @@ fn push_unit(state: &mut State, seq: u64, sections: Arc<Sections>, (segment, off
         seq,
         segment,
         offset,
+        len,
         bytes,
         sections,
         queued_at: Instant::now(),
     });
 }
 
-fn read_meta(index: &Database) -> Result<(u64, u64)> {
+/// `applied_seq`, `first_segment` and where the last checkpointed unit ends (`(0, 0)`
+/// when not recorded: a journal from before the key, or nothing applied).
+fn read_meta(index: &Database) -> Result<(u64, u64, (u64, u64))> {
     let txn = index
         .begin_read()
         .map_err(|e| Error::storage(ENGINE_NAME, "begin read", e))?;
     let table = match txn.open_table(META) {
         Ok(t) => t,
-        Err(TableError::TableDoesNotExist(_)) => return Ok((0, 0)),
+        Err(TableError::TableDoesNotExist(_)) => return Ok((0, 0, (0, 0))),
         Err(e) => return Err(Error::storage(ENGINE_NAME, "open meta", e)),
     };
     let get = |k: &str| -> Result<u64> {
@@ -808,7 +837,14 @@ fn read_meta(index: &Database) -> Result<(u64, u64)> {
             .map_err(|e| Error::storage(ENGINE_NAME, "read meta", e))?
             .map_or(0, |g| g.value()))
     };
-    Ok((get(META_APPLIED_SEQ)?, get(META_FIRST_SEGMENT)?))
+    Ok((
+        get(META_APPLIED_SEQ)?,
+        get(META_FIRST_SEGMENT)?,
+        (
+            get(META_APPLIED_END_SEGMENT)?,
+            get(META_APPLIED_END_OFFSET)?,
+        ),
+    ))
 }
 
 /// The separating keyspaces (name → threshold) and the live bytes per segment.
@@ -915,8 +951,8 @@ struct LastSegment {
 
 #[derive(Debug)]
 struct Scan {
-    /// Units past `applied_seq`, in order, with where each lies (segment, offset).
-    replay: Vec<(Header, Sections, (u64, u64))>,
+    /// Units past `applied_seq`, in order, with where each lies (segment, offset, length).
+    replay: Vec<(Header, Sections, (u64, u64, u64))>,
     segments: BTreeMap<u64, u64>,
     last: Option<LastSegment>,
     /// The last valid unit's seq (0: none).
@@ -925,7 +961,13 @@ struct Scan {
 
 /// Reads every live segment and decides what recovery keeps, truncates or refuses. Reads
 /// only.
-fn scan(fs: &dyn FileSystem, dir: &Path, applied_seq: u64, first_segment: u64) -> Result<Scan> {
+fn scan(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    applied_seq: u64,
+    first_segment: u64,
+    applied_end: (u64, u64),
+) -> Result<Scan> {
     let mut indexes = Vec::new();
     let mut at = first_segment;
     loop {
@@ -988,7 +1030,7 @@ fn scan(fs: &dyn FileSystem, dir: &Path, applied_seq: u64, first_segment: u64) -
                     }
                     prev_seq = Some(header.seq);
                     first_seq.get_or_insert(header.seq);
-                    let at = (index, off as u64);
+                    let at = (index, off as u64, header.unit_len());
                     off += header.unit_len() as usize;
                     if header.seq > applied_seq {
                         out.replay.push((header, sections, at));
@@ -1006,6 +1048,18 @@ fn scan(fs: &dyn FileSystem, dir: &Path, applied_seq: u64, first_segment: u64) -
                         return Err(corrupt(&path, off as u64, reason));
                     }
                     let expected = prev_seq.map_or(applied_seq + 1, |p| p + 1);
+                    // An applied unit was durable: never a torn tail, whatever follows it.
+                    let applied = expected <= applied_seq
+                        || (index == applied_end.0 && (off as u64) < applied_end.1);
+                    if applied {
+                        tracing::error!(
+                            segment = %path.display(),
+                            offset = off,
+                            applied_seq,
+                            "journal: invalid unit that was applied"
+                        );
+                        return Err(corrupt(&path, off as u64, reason));
+                    }
                     if let Some(later) = durable_after(&buf, off + 1, expected) {
                         tracing::error!(
                             segment = %path.display(),
@@ -1097,7 +1151,7 @@ impl Shared {
                 Error::InvalidInput("a journal unit's body must be under 4 GiB".into())
             })?;
             let offset = self.append(&mut w, seq, &bytes)?;
-            let at = (w.segment, offset);
+            let at = (w.segment, offset, bytes.len() as u64);
             // The unit enters the overlay only after it is in the file, and (synced) after
             // its sync: a reader never sees a write a crash could take back once `Ok`.
             if synced {
@@ -1330,6 +1384,7 @@ impl Shared {
                 st.bytes_since_checkpoint += u.bytes;
             }
             st.applied_seq = last_seq;
+            st.applied_end = (last.segment, last.offset + last.len);
             drop(st);
             self.changed.notify_all();
         }
@@ -1486,7 +1541,7 @@ impl Shared {
     /// then the segments below it that no pointer holds are deleted (once no reader holds
     /// an older snapshot).
     fn checkpoint(&self) -> Result<()> {
-        let (applied, first_needed) = {
+        let (applied, applied_end, first_needed) = {
             let st = self.lock_state();
             let segs: Vec<(u64, u64)> = st.segments.iter().map(|(i, s)| (*i, *s)).collect();
             // Segment i is wholly applied when it is not the active one and the next one's
@@ -1499,7 +1554,7 @@ impl Shared {
                     break;
                 }
             }
-            (st.applied_seq, first_needed)
+            (st.applied_seq, st.applied_end, first_needed)
         };
         let mut txn = self
             .index
@@ -1512,6 +1567,10 @@ impl Shared {
             meta.insert(META_APPLIED_SEQ, applied)
                 .map_err(self.failing("write meta"))?;
             meta.insert(META_FIRST_SEGMENT, first_needed)
+                .map_err(self.failing("write meta"))?;
+            meta.insert(META_APPLIED_END_SEGMENT, applied_end.0)
+                .map_err(self.failing("write meta"))?;
+            meta.insert(META_APPLIED_END_OFFSET, applied_end.1)
                 .map_err(self.failing("write meta"))?;
         }
         // Order matters: the checkpoint is durable before any segment below it is deleted;
@@ -1677,6 +1736,16 @@ impl Shared {
             }
             Err(e) => return Err(Error::io(db, "open segment", &path, e)),
         };
+        // A pointer past the segment's end (a truncated file, or a damaged pointer) is
+        // corruption, caught before a buffer of its length is made.
+        let file_len = file
+            .len()
+            .map_err(|e| Error::io(db, "stat segment", &path, e))?;
+        if at.offset.saturating_add(u64::from(at.len)) > file_len {
+            return Err(corrupt_at(CorruptReason::Invalid(
+                "the value's pointer passes the segment's end",
+            )));
+        }
         let mut value = vec![0u8; at.len as usize];
         file.read_at(at.offset, &mut value)
             .map_err(|e| Error::io(db, "read value", &path, e))?;
@@ -1845,15 +1914,16 @@ impl Db for JournalDb {
                     .range::<&[u8]>(bounds)
                     .map_err(|e| Error::storage(&self.name, "range", e))?;
                 let name = self.name.clone();
-                let shared = self.shared();
-                // The pin lives as long as the iterator: its pointers stay readable.
+                // The stored bytes as they are: a pointer is followed only for a pair the
+                // merge returns (one the overlay shadows is never read).
                 let map = move |item: RedbItem| {
-                    let (k, v) = item.map_err(|e| Error::storage(&name, "iterate", e))?;
-                    let value = match &pin {
-                        None => Bytes::copy_from_slice(v.value()),
-                        Some(_) => shared.stored_value(&name, k.value(), v.value())?,
-                    };
-                    Ok((Bytes::copy_from_slice(k.value()), value))
+                    item.map(|(k, v)| {
+                        (
+                            Bytes::copy_from_slice(k.value()),
+                            Bytes::copy_from_slice(v.value()),
+                        )
+                    })
+                    .map_err(|e| Error::storage(&name, "iterate", e))
                 };
                 match direction {
                     Direction::Forward => Box::new(r.map(map)),
@@ -1861,10 +1931,21 @@ impl Db for JournalDb {
                 }
             }
         };
+        // The pin lives as long as the iterator: its pointers stay readable.
+        let resolve: Option<Resolve<'_>> = pin.map(|pin| {
+            let shared = self.shared();
+            let name = self.name.clone();
+            Box::new(move |(k, stored): Entry| {
+                let _pinned = &pin;
+                let v = shared.stored_value(&name, &k, &stored)?;
+                Ok((k, v))
+            }) as Resolve<'_>
+        });
         Ok(Box::new(Merge {
             over: over.into_iter().peekable(),
             disk: disk.peekable(),
             reverse: direction == Direction::Reverse,
+            resolve,
         }))
     }
 
@@ -1921,7 +2002,13 @@ struct Merge<'a> {
     over: std::iter::Peekable<std::vec::IntoIter<(Bytes, Option<Bytes>)>>,
     disk: std::iter::Peekable<DbIter<'a>>,
     reverse: bool,
+    /// A separating keyspace's: turns a stored index value into the value (and holds the
+    /// snapshot's pin).
+    resolve: Option<Resolve<'a>>,
 }
+
+/// Turns a pair as the index stores it into the pair as written.
+type Resolve<'a> = Box<dyn Fn(Entry) -> Result<Entry> + Send + 'a>;
 
 impl Iterator for Merge<'_> {
     type Item = Result<Entry>;
@@ -1953,7 +2040,10 @@ impl Iterator for Merge<'_> {
                     None => continue,
                 }
             }
-            return self.disk.next();
+            return match (self.disk.next(), &self.resolve) {
+                (Some(Ok(pair)), Some(resolve)) => Some(resolve(pair)),
+                (other, _) => other,
+            };
         }
     }
 }
