@@ -41,7 +41,11 @@ fn options() -> JournalOptions {
 }
 
 fn open(fs: &SimFs) -> JournalEngine {
-    JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options()).expect("open")
+    open_with(fs, options())
+}
+
+fn open_with(fs: &SimFs, options: JournalOptions) -> JournalEngine {
+    JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options).expect("open")
 }
 
 fn part(i: u32) -> Bytes {
@@ -93,16 +97,14 @@ fn separating(engine: &JournalEngine) -> Arc<flushpoint::JournalDb> {
 #[test]
 fn values_read_back_from_the_overlay_the_pointer_and_after_a_reopen() {
     let fs = SimFs::new();
-    let engine = JournalEngine::open(
-        Arc::new(fs.clone()),
-        Path::new(DIR),
+    let engine = open_with(
+        &fs,
         JournalOptions {
             applier: Applier::Background,
             apply_batch_delay: std::time::Duration::from_secs(3600),
             ..options()
         },
-    )
-    .expect("open");
+    );
     let db = separating(&engine);
     assert_eq!(db.options(), KeyspaceOptions::separating_values_from(FROM));
     write_parts(&*db, 0..3);
@@ -360,15 +362,13 @@ fn options_are_checked_before_anything_is_written_and_fixed_at_creation() {
 #[test]
 fn recovery_refuses_a_missing_segment_the_index_points_into_past_the_checkpoint() {
     let fs = SimFs::new();
-    let engine = JournalEngine::open(
-        Arc::new(fs.clone()),
-        Path::new(DIR),
+    let engine = open_with(
+        &fs,
         JournalOptions {
             segment_bytes: 1 << 20,
             ..options()
         },
-    )
-    .expect("open");
+    );
     let db = separating(&engine);
     write_parts(&*db, 0..4);
     drop(db);
