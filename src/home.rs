@@ -207,6 +207,9 @@ impl FsFile for LockedFile {
     fn set_len(&self, len: u64) -> std::io::Result<()> {
         self.file.set_len(len)
     }
+    fn punch_hole(&self, offset: u64, len: u64) -> std::io::Result<bool> {
+        self.file.punch_hole(offset, len)
+    }
     fn sync_data(&self) -> std::io::Result<()> {
         self.file.sync_data()
     }

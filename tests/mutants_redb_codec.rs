@@ -416,6 +416,9 @@ impl FsFile for FaultyFile {
     fn set_len(&self, len: u64) -> std::io::Result<()> {
         self.inner.set_len(len)
     }
+    fn punch_hole(&self, offset: u64, len: u64) -> std::io::Result<bool> {
+        self.inner.punch_hole(offset, len)
+    }
     fn sync_data(&self) -> std::io::Result<()> {
         if self.lose_sync_data {
             self.lost_syncs.fetch_add(1, Ordering::Relaxed);

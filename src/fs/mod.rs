@@ -77,6 +77,13 @@ pub trait FsFile: Send + Sync + Debug {
     fn write_at(&self, offset: u64, data: &[u8]) -> IoResult<()>;
     /// Sets the length (new bytes read as zero).
     fn set_len(&self, len: u64) -> IoResult<()>;
+    /// Gives back the space of the `len` bytes at `offset`: they read as zeros afterwards
+    /// and the file's length is unchanged; durable as a write is. `Ok(false)` when the file
+    /// system cannot (the bytes then stay as they were). The default does nothing.
+    fn punch_hole(&self, offset: u64, len: u64) -> IoResult<bool> {
+        let _ = (offset, len);
+        Ok(false)
+    }
     /// Makes the file's bytes and length durable (fdatasync).
     fn sync_data(&self) -> IoResult<()>;
     /// Makes the file's bytes, length and metadata durable (fsync); not its name.
@@ -179,6 +186,19 @@ impl FsFile for StdFile {
     }
     fn set_len(&self, len: u64) -> IoResult<()> {
         self.0.set_len(len)
+    }
+    fn punch_hole(&self, offset: u64, len: u64) -> IoResult<bool> {
+        use rustix::fs::FallocateFlags;
+        match rustix::fs::fallocate(
+            &self.0,
+            FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+            offset,
+            len,
+        ) {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::OPNOTSUPP) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
     fn sync_data(&self) -> IoResult<()> {
         self.0.sync_data()

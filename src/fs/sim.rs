@@ -864,6 +864,28 @@ impl FsFile for SimFile {
             .lock()
             .file_op(SimOp::SetLen, &self.path, self.ino, FileOp::SetLen(len))
     }
+    /// A write of zeros within the file (one operation a cut can interrupt or lose), never
+    /// past its end: the length is kept.
+    fn punch_hole(&self, offset: u64, len: u64) -> IoResult<bool> {
+        let mut m = self.fs.lock();
+        m.alive()?;
+        let file_len = m
+            .inodes
+            .get(&self.ino)
+            .ok_or_else(|| io(std::io::ErrorKind::NotFound, "no such file"))?
+            .live
+            .len() as u64;
+        let end = offset.saturating_add(len).min(file_len);
+        if end <= offset {
+            return Ok(true);
+        }
+        let op = FileOp::Write {
+            off: offset,
+            data: vec![0; (end - offset) as usize],
+        };
+        m.file_op(SimOp::Write, &self.path, self.ino, op)?;
+        Ok(true)
+    }
     fn sync_data(&self) -> IoResult<()> {
         self.sync(SimOp::SyncData)
     }

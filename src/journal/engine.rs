@@ -104,6 +104,10 @@ const VALUE_INLINE: u8 = 0;
 const VALUE_IN_SEGMENT: u8 = 1;
 /// Bytes of a pointer: tag, segment u64, offset u64, length u32, crc32 u32.
 const POINTER_BYTES: usize = 1 + 8 + 8 + 4 + 4;
+/// The grain a held segment's dead space is given back in: a file-system block. Why:
+/// `fallocate(PUNCH_HOLE)` frees whole blocks only (it zeroes a partial one, freeing
+/// nothing), so only the whole 4 KiB blocks between kept values are punched.
+const PUNCH_BLOCK_BYTES: u64 = 4096;
 
 /// The smallest value a home's block store keeps in the journal rather than in the index
 /// (ADR 0013). Why 1 KiB: a block part (up to 64 KiB) is written once, to the journal, and
@@ -223,6 +227,9 @@ pub struct JournalCounts {
     /// Times a checkpoint kept a segment it no longer needed for replay because the index
     /// still points at values in it.
     pub segments_kept_for_values: u64,
+    /// Bytes of held segments given back to the file system around the kept values
+    /// (`FsFile::punch_hole`; ADR 0013).
+    pub bytes_punched: u64,
     /// The index file's own I/O (redb's).
     pub index: BackendCounts,
 }
@@ -241,6 +248,7 @@ struct Counters {
     values_kept_in_journal: AtomicU64,
     values_read_from_journal: AtomicU64,
     segments_kept_for_values: AtomicU64,
+    bytes_punched: AtomicU64,
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -296,6 +304,10 @@ struct State {
     epoch: u64,
     /// Readers of separating keyspaces: the epoch of their snapshot → how many.
     pins: BTreeMap<u64, usize>,
+    /// Per segment whose every unit was applied by this process (its first unit, at offset
+    /// 0, included): where the values kept in it lie (offset, length). What is not one of
+    /// them is dead once the segment is held, and is given back then.
+    value_ranges: BTreeMap<u64, Vec<(u64, u64)>>,
 }
 
 #[derive(Debug)]
@@ -546,6 +558,7 @@ impl JournalEngine {
             doomed: Vec::new(),
             epoch: 0,
             pins: BTreeMap::new(),
+            value_ranges: BTreeMap::new(),
         };
         for (header, sections, at) in scan.replay {
             push_unit(&mut state, header.seq, Arc::new(sections), at);
@@ -731,6 +744,7 @@ impl JournalEngine {
             values_kept_in_journal: get(&c.values_kept_in_journal),
             values_read_from_journal: get(&c.values_read_from_journal),
             segments_kept_for_values: get(&c.segments_kept_for_values),
+            bytes_punched: get(&c.bytes_punched),
             index: self.handle.shared.index_counters.snapshot(),
         }
     }
@@ -934,6 +948,16 @@ impl ValueAt {
             None => Err(CorruptReason::Invalid("empty tagged index value")),
         }
     }
+}
+
+/// What an apply step changed beyond the tables: the live bytes of each segment whose
+/// count changed, the segments whose first unit it applied, and where each value it kept
+/// in the journal lies (segment, offset, length).
+#[derive(Debug)]
+struct Applied {
+    live_now: Vec<(u64, u64)>,
+    segments_started: Vec<u64>,
+    value_ranges: Vec<(u64, u64, u64)>,
 }
 
 /// One unit's ops for one keyspace, the unit, and the layout at the section's start.
@@ -1356,9 +1380,19 @@ impl Shared {
         };
         if let Some(last) = units.last() {
             let last_seq = last.seq;
-            let live_now = self.apply_units(&units)?;
+            let applied = self.apply_units(&units)?;
             let mut st = self.lock_state();
-            for (segment, bytes) in live_now {
+            for segment in applied.segments_started {
+                st.value_ranges.entry(segment).or_default();
+            }
+            for (segment, offset, len) in applied.value_ranges {
+                // Only for a segment seen from its first unit: else some of its values are
+                // unknown here, and nothing of it may be given back.
+                if let Some(ranges) = st.value_ranges.get_mut(&segment) {
+                    ranges.push((offset, len));
+                }
+            }
+            for (segment, bytes) in applied.live_now {
                 if bytes == 0 {
                     st.live.remove(&segment);
                 } else {
@@ -1407,7 +1441,7 @@ impl Shared {
     /// to its bytes in the unit (ADR 0013), and the live bytes per segment follow every
     /// pointer written, replaced or deleted. Returns the new live bytes of each segment
     /// whose count changed (written in the same transaction).
-    fn apply_units(&self, units: &[Pending]) -> Result<Vec<(u64, u64)>> {
+    fn apply_units(&self, units: &[Pending]) -> Result<Applied> {
         let separated = self.lock_state().separated.clone();
         let mut txn = self
             .index
@@ -1431,6 +1465,7 @@ impl Shared {
         // Segment → change of the bytes the index points at in it.
         let mut delta: BTreeMap<u64, i64> = BTreeMap::new();
         let mut kept = 0u64;
+        let mut value_ranges = Vec::new();
         let mut stored = Vec::new();
         for (name, runs) in by_keyspace {
             let table_name = table_name(name);
@@ -1468,6 +1503,7 @@ impl Shared {
                                 };
                                 at.encode(&mut stored);
                                 *delta.entry(at.segment).or_default() += i64::from(at.len);
+                                value_ranges.push((at.segment, at.offset, u64::from(at.len)));
                                 kept += 1;
                             } else {
                                 stored.push(VALUE_INLINE);
@@ -1534,7 +1570,15 @@ impl Shared {
         }
         txn.commit().map_err(self.failing("commit"))?;
         bump(&self.counters.values_kept_in_journal, kept);
-        Ok(live_now)
+        Ok(Applied {
+            live_now,
+            segments_started: units
+                .iter()
+                .filter(|u| u.offset == 0)
+                .map(|u| u.segment)
+                .collect(),
+            value_ranges,
+        })
     }
 
     /// A durable redb commit recording `applied_seq` and the first segment still needed;
@@ -1579,14 +1623,14 @@ impl Shared {
         // first segment and live counts still hold every segment this trim would delete.
         txn.commit().map_err(self.failing("checkpoint commit"))?;
         bump(&self.counters.checkpoints, 1);
-        {
+        let punch = {
             let mut st = self.lock_state();
             st.checkpoint_seq = applied;
             st.bytes_since_checkpoint = 0;
             st.last_checkpoint = Instant::now();
             let below: Vec<u64> = st.segments.range(..first_needed).map(|(i, _)| *i).collect();
             st.segments.retain(|i, _| *i >= first_needed);
-            st.held.extend(below);
+            st.held.extend(below.iter().copied());
             // The live counts are the ones this checkpoint made durable (the apply lock is
             // held): a segment below the first needed with no pointer into it is done.
             let done: Vec<u64> = st
@@ -1597,18 +1641,77 @@ impl Shared {
                 .collect();
             let kept = st.held.len() - done.len();
             bump(&self.counters.segments_kept_for_values, kept as u64);
+            // A segment newly held gives back the space its kept values do not use.
+            let newly_held: Vec<u64> = below
+                .into_iter()
+                .filter(|i| st.live.contains_key(i))
+                .collect();
+            let punch: Vec<(u64, Vec<(u64, u64)>)> = newly_held
+                .into_iter()
+                .filter_map(|i| st.value_ranges.remove(&i).map(|r| (i, r)))
+                .collect();
             if !done.is_empty() {
                 let epoch = st.epoch;
                 for i in done {
                     st.held.remove(&i);
+                    st.value_ranges.remove(&i);
                     st.doomed.push((epoch, i));
                 }
                 // Snapshots taken from now on were begun after this commit: no pointer
                 // into a doomed segment is in them.
                 st.epoch += 1;
             }
+            punch
+        };
+        for (segment, values) in punch {
+            self.punch_dead_space(segment, values)?;
         }
         self.unlink_doomed()
+    }
+
+    /// Gives back the whole file-system blocks of a held segment that no kept value in it
+    /// touches: unit headers, other keyspaces' ops (applied to the index), the prepared
+    /// tail. `values` are every kept value the segment's units wrote (replaced or deleted
+    /// ones too), so no pointer can lead into a punched block. A failure poisons the
+    /// engine, as any failed write does.
+    // Crash: a segment below `first_segment` is never read as units again, and only its
+    // kept values are read; a cut leaves each punched range as it was or zeros, and either
+    // is never read.
+    fn punch_dead_space(&self, segment: u64, mut values: Vec<(u64, u64)>) -> Result<()> {
+        values.sort_unstable();
+        let path = self.segment_path(segment);
+        let fail = |op: &'static str| {
+            let path = path.clone();
+            move |e| self.fail(Error::io(ENGINE_NAME, op, &path, e))
+        };
+        let file = self
+            .fs
+            .open_file(&path, OpenMode::Existing)
+            .map_err(fail("open segment"))?;
+        let file_len = file.len().map_err(fail("stat segment"))?;
+        let punch = |from: u64, to: u64| -> Result<()> {
+            let start = from.div_ceil(PUNCH_BLOCK_BYTES) * PUNCH_BLOCK_BYTES;
+            let end = to / PUNCH_BLOCK_BYTES * PUNCH_BLOCK_BYTES;
+            if end > start
+                && file
+                    .punch_hole(start, end - start)
+                    .map_err(fail("punch segment"))?
+            {
+                bump(&self.counters.bytes_punched, end - start);
+            }
+            Ok(())
+        };
+        let mut at = 0;
+        for (offset, len) in values {
+            if offset > at {
+                punch(at, offset)?;
+            }
+            at = at.max(offset + len);
+        }
+        if file_len > at {
+            punch(at, file_len)?;
+        }
+        Ok(())
     }
 
     /// Unlinks the doomed segments no reader's snapshot can still point into.
