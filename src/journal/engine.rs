@@ -693,7 +693,8 @@ impl JournalEngine {
             txn.open_table(def).map_err(s.failing("open table"))?;
         }
         // Crash: the record and the empty table are durable together or not at all; no
-        // unit of this keyspace exists before this returns.
+        // unit of this keyspace is applied before it (the apply lock), so its table holds
+        // tagged values only, or (a cut before it, a unit replayed) untagged ones only.
         txn.commit().map_err(s.failing("record keyspace"))?;
         s.lock_state()
             .separated
