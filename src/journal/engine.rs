@@ -932,18 +932,12 @@ impl ValueAt {
     fn decode(stored: &[u8]) -> std::result::Result<Option<ValueAt>, CorruptReason> {
         match stored.first() {
             Some(&VALUE_INLINE) => Ok(None),
-            Some(&VALUE_IN_SEGMENT) if stored.len() == POINTER_BYTES => {
-                let u64_at =
-                    |at: usize| u64::from_le_bytes(stored[at..at + 8].try_into().expect("8"));
-                let u32_at =
-                    |at: usize| u32::from_le_bytes(stored[at..at + 4].try_into().expect("4"));
-                Ok(Some(ValueAt {
-                    segment: u64_at(1),
-                    offset: u64_at(9),
-                    len: u32_at(17),
-                    crc: u32_at(21),
-                }))
-            }
+            Some(&VALUE_IN_SEGMENT) if stored.len() == POINTER_BYTES => Ok(Some(ValueAt {
+                segment: unit::le_u64(stored, 1),
+                offset: unit::le_u64(stored, 9),
+                len: unit::le_u32(stored, 17),
+                crc: unit::le_u32(stored, 21),
+            })),
             Some(&VALUE_IN_SEGMENT) => Err(CorruptReason::Invalid("value pointer length")),
             Some(_) => Err(CorruptReason::Invalid("index value tag")),
             None => Err(CorruptReason::Invalid("empty tagged index value")),
@@ -1156,6 +1150,15 @@ impl Shared {
         move |e| self.fail(Error::storage(ENGINE_NAME, op, e))
     }
 
+    /// `map_err` for a file operation on the write path: the failure poisons the engine.
+    fn failing_io<'a>(
+        &'a self,
+        op: &'static str,
+        path: &'a Path,
+    ) -> impl FnOnce(std::io::Error) -> Error + 'a {
+        move |e| self.fail(Error::io(ENGINE_NAME, op, path, e))
+    }
+
     fn segment_path(&self, index: u64) -> PathBuf {
         self.dir.join(segment_file_name(index))
     }
@@ -1259,23 +1262,23 @@ impl Shared {
                 // segment to recovery: its zero tail is kept).
                 self.fs
                     .rename(&spare, &path)
-                    .map_err(|e| self.fail(Error::io(ENGINE_NAME, "rename spare", &path, e)))?;
+                    .map_err(self.failing_io("rename spare", &path))?;
                 *ready = false;
                 drop(ready);
                 // The applier prepares the next spare.
                 self.changed.notify_all();
                 self.fs
                     .open_file(&path, OpenMode::Existing)
-                    .map_err(|e| self.fail(Error::io(ENGINE_NAME, "open segment", &path, e)))?
+                    .map_err(self.failing_io("open segment", &path))?
             } else {
                 self.fs
                     .open_file(&path, OpenMode::CreateTruncate)
-                    .map_err(|e| self.fail(Error::io(ENGINE_NAME, "create segment", &path, e)))?
+                    .map_err(self.failing_io("create segment", &path))?
             };
             // The new name is durable before any unit in it can be acknowledged.
             self.fs
                 .sync_dir(&self.dir)
-                .map_err(|e| self.fail(Error::io(ENGINE_NAME, "fsync directory", &self.dir, e)))?;
+                .map_err(self.failing_io("fsync directory", &self.dir))?;
             bump(&self.counters.dir_sync_calls, 1);
             {
                 let mut st = self.lock_state();
@@ -1292,7 +1295,7 @@ impl Shared {
             .as_ref()
             .expect("invariant: a segment is open after a roll");
         file.write_at(w.offset, bytes)
-            .map_err(|e| self.fail(Error::io(ENGINE_NAME, "append unit", &path, e)))?;
+            .map_err(self.failing_io("append unit", &path))?;
         let at = w.offset;
         w.offset += len;
         w.written_through = seq;
@@ -1306,10 +1309,7 @@ impl Shared {
     fn prepare_spare(&self) -> Result<()> {
         self.poison.check(ENGINE_NAME)?;
         let path = self.dir.join(SPARE_SEGMENT_FILE);
-        let fail = |op: &'static str| {
-            let path = path.clone();
-            move |e| self.fail(Error::io(ENGINE_NAME, op, &path, e))
-        };
+        let fail = |op| self.failing_io(op, &path);
         let f = self
             .fs
             .open_file(&path, OpenMode::CreateTruncate)
@@ -1355,7 +1355,7 @@ impl Shared {
         let path = self.segment_path(w.segment);
         if let Some(f) = &w.file {
             f.sync_data()
-                .map_err(|e| self.fail(Error::io(ENGINE_NAME, "fsync segment", &path, e)))?;
+                .map_err(self.failing_io("fsync segment", &path))?;
             bump(&self.counters.journal_sync_data_calls, 1);
         }
         w.synced_through = w.written_through;
@@ -1681,10 +1681,7 @@ impl Shared {
     fn punch_dead_space(&self, segment: u64, mut values: Vec<(u64, u64)>) -> Result<()> {
         values.sort_unstable();
         let path = self.segment_path(segment);
-        let fail = |op: &'static str| {
-            let path = path.clone();
-            move |e| self.fail(Error::io(ENGINE_NAME, op, &path, e))
-        };
+        let fail = |op| self.failing_io(op, &path);
         let file = self
             .fs
             .open_file(&path, OpenMode::Existing)

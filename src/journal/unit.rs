@@ -159,11 +159,13 @@ pub(crate) enum Decoded {
     Invalid(crate::error::CorruptReason),
 }
 
-fn le_u32(b: &[u8], at: usize) -> u32 {
+/// The little-endian u32 at `at` (the caller checked the length).
+pub(crate) fn le_u32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
-fn le_u64(b: &[u8], at: usize) -> u64 {
+/// The little-endian u64 at `at` (the caller checked the length).
+pub(crate) fn le_u64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
