@@ -76,6 +76,7 @@ mod poison;
 mod prefetch;
 mod rollback;
 pub(crate) mod store;
+mod sync;
 pub mod testing;
 mod types;
 

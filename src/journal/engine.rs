@@ -16,8 +16,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -31,6 +31,7 @@ use crate::db::{
 use crate::error::{CorruptReason, Error, Result};
 use crate::fs::{FileSystem, FsBackend, FsFile, OpenMode, create_dir_all_durably};
 use crate::poison::Poison;
+use crate::sync::{Condvar, Mutex, MutexGuard, Step, thread};
 
 /// Bytes after which the active segment is closed and a new one started. Why this bound:
 /// trimming frees whole segments, so this is the granularity space comes back in; 64 MiB
@@ -337,6 +338,9 @@ struct Shared {
     /// Signalled when units become durable or applied, on stop, and on poison.
     changed: Condvar,
     counters: Counters,
+    /// Before each segment file operation and index commit: where a loom model may switch
+    /// threads (nothing without `--cfg loom`; `tests/loom_journal.rs`).
+    step: Step,
 }
 
 impl std::fmt::Debug for Shared {
@@ -351,7 +355,7 @@ impl std::fmt::Debug for Shared {
 #[derive(Debug)]
 struct Handle {
     shared: Arc<Shared>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    thread: Mutex<Option<thread::JoinHandle<()>>>,
 }
 
 impl Drop for Handle {
@@ -583,6 +587,7 @@ impl JournalEngine {
             state: Mutex::new(state),
             changed: Condvar::new(),
             counters,
+            step: Step::default(),
         });
         let replayed = shared.lock_state().queue.len();
         if replayed > 0 {
@@ -596,7 +601,7 @@ impl JournalEngine {
             Applier::Background => {
                 let s = shared.clone();
                 Some(
-                    std::thread::Builder::new()
+                    thread::Builder::new()
                         .name("journal-applier".into())
                         .spawn(move || {
                             // A panic in the applier (a broken invariant) must not leave
@@ -1381,6 +1386,22 @@ impl Shared {
         };
         if let Some(last) = units.last() {
             let last_seq = last.seq;
+            // A planted bug for `tests/loom_journal.rs`: the units' entries leave the
+            // overlay before their index commit.
+            #[cfg(loom_bug_overlay_leaves_before_commit)]
+            {
+                let mut st = self.lock_state();
+                for u in &units {
+                    for (name, ops) in &u.sections.0 {
+                        let overlay = st.overlay.get_mut(name).expect("keyspace in overlay");
+                        for (k, _) in ops {
+                            if overlay.get(k).is_some_and(|(seq, _)| *seq <= u.seq) {
+                                overlay.remove(k);
+                            }
+                        }
+                    }
+                }
+            }
             let applied = self.apply_units(&units)?;
             let mut st = self.lock_state();
             for segment in applied.segments_started {
@@ -1421,6 +1442,9 @@ impl Shared {
             st.applied_seq = last_seq;
             st.applied_end = (last.segment, last.offset + last.len);
             drop(st);
+            // Writers waiting for room are woken (a planted bug for `tests/loom_journal.rs`
+            // leaves them waiting).
+            #[cfg(not(loom_bug_no_wakeup_after_apply))]
             self.changed.notify_all();
         }
         let due = {
@@ -1569,6 +1593,7 @@ impl Shared {
             meta.insert(META_APPLIED_SEQ, last)
                 .map_err(self.failing("write meta"))?;
         }
+        self.step.point();
         txn.commit().map_err(self.failing("commit"))?;
         bump(&self.counters.values_kept_in_journal, kept);
         Ok(Applied {
@@ -1622,6 +1647,7 @@ impl Shared {
         // deleting first could lose units redb does not hold durably.
         // Crash: a cut before this commit returns leaves the previous checkpoint, whose
         // first segment and live counts still hold every segment this trim would delete.
+        self.step.point();
         txn.commit().map_err(self.failing("checkpoint commit"))?;
         bump(&self.counters.checkpoints, 1);
         let punch = {
@@ -1682,6 +1708,7 @@ impl Shared {
         values.sort_unstable();
         let path = self.segment_path(segment);
         let fail = |op| self.failing_io(op, &path);
+        self.step.point();
         let file = self
             .fs
             .open_file(&path, OpenMode::Existing)
@@ -1719,6 +1746,9 @@ impl Shared {
         let ready: Vec<u64> = {
             let mut st = self.lock_state();
             let oldest_pin = st.pins.keys().next().copied();
+            // A planted bug for `tests/loom_journal.rs`: readers' pins ignored.
+            #[cfg(loom_bug_unlink_ignores_pins)]
+            let oldest_pin: Option<u64> = oldest_pin.and(None);
             let (ready, wait): (Vec<_>, Vec<_>) = st
                 .doomed
                 .iter()
@@ -1728,6 +1758,7 @@ impl Shared {
         };
         for index in ready {
             let path = self.segment_path(index);
+            self.step.point();
             match self.fs.remove_file(&path) {
                 Ok(()) => bump(&self.counters.segments_deleted, 1),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -1801,6 +1832,13 @@ impl Shared {
             .index
             .begin_read()
             .map_err(|e| Error::storage(db, "begin read", e))?;
+        // A planted bug for `tests/loom_journal.rs`: the epoch pinned after the lock is
+        // let go, so a trim can come between the snapshot and its pin.
+        #[cfg(loom_bug_pin_after_snapshot)]
+        let mut st = {
+            drop(st);
+            self.lock_state()
+        };
         let pin = if st.separated.contains_key(keyspace) {
             let epoch = st.epoch;
             *st.pins.entry(epoch).or_default() += 1;
@@ -1828,6 +1866,7 @@ impl Shared {
             return Ok(Bytes::copy_from_slice(&stored[1..]));
         };
         let path = self.segment_path(at.segment);
+        self.step.point();
         let file = match self.fs.open_file(&path, OpenMode::Existing) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

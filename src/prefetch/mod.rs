@@ -27,15 +27,9 @@ use bytes::Bytes;
 use crate::db::Db;
 use crate::error::{Error, Result};
 
-#[cfg(loom)]
-use loom::sync::{Condvar, Mutex, MutexGuard};
-#[cfg(not(loom))]
-use std::sync::{Condvar, Mutex, MutexGuard};
+use crate::sync::{Condvar, Mutex, MutexGuard, thread};
 
-#[cfg(loom)]
-type JoinHandle = loom::thread::JoinHandle<()>;
-#[cfg(not(loom))]
-type JoinHandle = std::thread::JoinHandle<()>;
+type JoinHandle = thread::JoinHandle<()>;
 
 /// Bytes one session's queue and retained values share.
 ///
@@ -315,17 +309,11 @@ impl PrefetchPool {
     }
 }
 
-#[cfg(not(loom))]
 fn spawn_worker(i: usize, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle> {
-    std::thread::Builder::new()
+    thread::Builder::new()
         .name(format!("flushpoint-prefetch-{i}"))
         .spawn(f)
         .map_err(|e| Error::storage("prefetch", "spawn a prefetch worker", e))
-}
-
-#[cfg(loom)]
-fn spawn_worker(_i: usize, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle> {
-    Ok(loom::thread::spawn(f))
 }
 
 /// One worker: take a session off the ready list, take one batch of its keys, read them,
