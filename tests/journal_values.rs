@@ -450,3 +450,68 @@ fn a_held_segment_gives_back_the_space_around_its_kept_values() {
         );
     }
 }
+
+#[test]
+fn usage_counts_each_keyspace_and_the_segments_held_for_values() {
+    let fs = SimFs::new();
+    let engine = open(&fs);
+    let db = separating(&engine);
+    let other = engine.keyspace("state").expect("keyspace");
+    write_parts(&*db, 0..24);
+    let mut b = Batch::new();
+    b.put(
+        Bytes::from_static(b"height"),
+        Bytes::from(vec![7u8; PART_BYTES]),
+    );
+    other.write(&b, Durability::Synced).expect("write");
+    delete_parts(&*db, 0..4);
+    engine.checkpoint().unwrap();
+    let u = engine.usage().unwrap();
+    // Expected from what was written, not from the engine: parts 4..24 stay, each a
+    // 9-byte key and a part kept in the journal, beside 24 small values inline.
+    let (parts, metas) = (20u64, 24u64);
+    let blocks = u.keyspaces["blocks"];
+    assert_eq!(blocks.entries, parts + metas, "{u:?}");
+    assert_eq!(
+        blocks.logical_bytes,
+        parts * (9 + PART_BYTES as u64) + metas * (9 + 1),
+        "{u:?}"
+    );
+    assert_eq!(blocks.values_in_journal, parts, "{u:?}");
+    assert_eq!(blocks.values_in_journal_bytes, parts * PART_BYTES as u64);
+    // The index holds pointers: far less than the parts.
+    assert!(
+        blocks.index_bytes > 0 && blocks.index_bytes < parts * PART_BYTES as u64 / 4,
+        "{u:?}"
+    );
+    // The other keyspace keeps its (large) value in the index.
+    let state = u.keyspaces["state"];
+    assert_eq!(
+        (state.entries, state.logical_bytes, state.values_in_journal),
+        (1, 6 + PART_BYTES as u64, 0),
+        "{u:?}"
+    );
+    assert!(state.index_bytes >= PART_BYTES as u64, "{u:?}");
+    // Segments below the checkpoint are held for the parts; the active one is not.
+    assert!(
+        u.held_segment_bytes > 0 && u.other_segment_bytes > 0,
+        "{u:?}"
+    );
+    assert!(u.index_file_bytes > 0, "{u:?}");
+    assert_eq!(
+        u.index_file_bytes + u.held_segment_bytes + u.other_segment_bytes,
+        engine.disk_size_bytes().unwrap(),
+        "usage's files are the journal's files"
+    );
+    // Everything deleted: nothing held, no entries.
+    delete_parts(&*db, 4..24);
+    let mut b = Batch::new();
+    for i in 0..24 {
+        b.delete(Bytes::from(format!("meta/{i:04}")));
+    }
+    db.write(&b, Durability::Synced).expect("delete");
+    engine.checkpoint().unwrap();
+    let u = engine.usage().unwrap();
+    assert_eq!(u.keyspaces["blocks"].entries, 0, "{u:?}");
+    assert_eq!(u.held_segment_bytes, 0, "{u:?}");
+}

@@ -122,9 +122,34 @@ fn inspect_shows_the_journal_and_rollback_then_sync_reaches_the_uncut_hash() {
         i["journal"]["applied_seq"], i["journal"]["checkpoint_seq"],
         "{i}"
     );
+    // Usage: the three keyspaces, the block store's parts in the journal, and its share of
+    // the disk (index pages and held segments) beside its logical bytes.
+    let usage = &i["journal"]["usage"];
+    let files = [
+        "index_file_bytes",
+        "held_segment_bytes",
+        "other_segment_bytes",
+    ]
+    .map(|f| usage[f].as_u64().unwrap());
+    assert_eq!(files.iter().sum::<u64>(), disk, "{i}");
+    let blocks = &usage["keyspaces"]["block store"];
+    assert!(blocks["values_in_journal"].as_u64().unwrap() > 0, "{i}");
+    assert_eq!(usage["keyspaces"]["app"]["values_in_journal"], 0, "{i}");
+    let share = &i["journal"]["block_store"];
+    assert_eq!(share["logical_bytes"], blocks["logical_bytes"], "{i}");
+    assert_eq!(
+        share["disk_bytes"].as_u64().unwrap(),
+        blocks["index_bytes"].as_u64().unwrap() + files[1],
+        "{i}"
+    );
     let o = run(&["inspect", "--home", home.to_str().unwrap()]);
     assert!(stdout(&o).contains("(journal engine)"), "{}", stdout(&o));
     assert!(stdout(&o).contains("on disk: journal"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("block store on disk:"),
+        "{}",
+        stdout(&o)
+    );
 
     let o = run(&["rollback", "--home", home.to_str().unwrap(), "--to", "38"]);
     assert!(o.status.success(), "{}", stderr(&o));

@@ -21,7 +21,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
+use redb::{
+    Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, TableError,
+    TableHandle,
+};
 
 use super::unit::{self, Decoded, Header, KEYSPACE_NAME_BYTES_MAX, Layout, Sections, UnitOp};
 use crate::db::{
@@ -233,6 +236,37 @@ pub struct JournalCounts {
     pub bytes_punched: u64,
     /// The index file's own I/O (redb's).
     pub index: BackendCounts,
+}
+
+/// What one keyspace's applied entries occupy ([`JournalUsage::keyspaces`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct KeyspaceUsage {
+    /// Entries in the index.
+    pub entries: u64,
+    /// Their keys' and values' bytes as written: the logical size.
+    pub logical_bytes: u64,
+    /// The index's pages for the keyspace: what redb's table statistics count as stored,
+    /// metadata and fragmented bytes.
+    pub index_bytes: u64,
+    /// Values kept in the journal's segments, the index holding a pointer (ADR 0013).
+    pub values_in_journal: u64,
+    /// Their bytes (part of `logical_bytes`).
+    pub values_in_journal_bytes: u64,
+}
+
+/// What the journal occupies on disk, and each keyspace in it ([`JournalEngine::usage`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct JournalUsage {
+    /// Bytes the index file occupies (allocated).
+    pub index_file_bytes: u64,
+    /// Bytes the segments below the checkpoint, kept for the values in them, occupy
+    /// (allocated): with the dead space given back, those values to the 4 KiB block.
+    pub held_segment_bytes: u64,
+    /// Bytes the other segment files occupy (allocated): those at or past the checkpoint
+    /// (whole units of every keyspace), the spare, and any doomed one not yet unlinked.
+    pub other_segment_bytes: u64,
+    /// Per keyspace, by name.
+    pub keyspaces: BTreeMap<String, KeyspaceUsage>,
 }
 
 #[derive(Debug, Default)]
@@ -787,6 +821,115 @@ impl JournalEngine {
                     .map_err(io_err("stat file", &path))?;
         }
         Ok(total)
+    }
+}
+
+impl JournalEngine {
+    /// What the journal occupies on disk, and each keyspace's applied entries: logical
+    /// bytes beside the index pages and the journal bytes they take.
+    ///
+    /// Reads every applied entry of every keyspace (one read transaction): for inspection
+    /// and measurement, not for a running node's hot path. Units not yet applied are not
+    /// counted (after an open or a checkpoint there are none). In a home only the block
+    /// store keeps values in the journal, so its on-disk share is its `index_bytes` plus
+    /// `held_segment_bytes` (`flushpoint inspect` prints it).
+    pub fn usage(&self) -> Result<JournalUsage> {
+        let s = &self.handle.shared;
+        s.poison.check(ENGINE_NAME)?;
+        let (txn, separated, held, others) = {
+            let st = s.lock_state();
+            let txn = s
+                .index
+                .begin_read()
+                .map_err(|e| Error::storage(ENGINE_NAME, "begin read", e))?;
+            let held: Vec<u64> = st.held.iter().copied().collect();
+            let others: Vec<u64> = st
+                .segments
+                .keys()
+                .chain(st.doomed.iter().map(|(_, i)| i))
+                .copied()
+                .collect();
+            (txn, st.separated.clone(), held, others)
+        };
+        let allocated = |paths: &mut dyn Iterator<Item = PathBuf>| -> Result<u64> {
+            let mut total = 0;
+            for path in paths {
+                // A doomed segment may be unlinked meanwhile: it occupies nothing then.
+                if s.fs.exists(&path).map_err(io_err("stat file", &path))? {
+                    total +=
+                        s.fs.allocated_bytes(&path)
+                            .map_err(io_err("stat file", &path))?;
+                }
+            }
+            Ok(total)
+        };
+        let mut usage = JournalUsage {
+            index_file_bytes: allocated(&mut std::iter::once(s.dir.join(INDEX_FILE)))?,
+            held_segment_bytes: allocated(&mut held.into_iter().map(|i| s.segment_path(i)))?,
+            other_segment_bytes: allocated(
+                &mut others
+                    .into_iter()
+                    .map(|i| s.segment_path(i))
+                    .chain([s.dir.join(SPARE_SEGMENT_FILE)]),
+            )?,
+            keyspaces: BTreeMap::new(),
+        };
+        let names: Vec<String> = txn
+            .list_tables()
+            .map_err(|e| Error::storage(ENGINE_NAME, "list tables", e))?
+            .filter_map(|t| {
+                t.name()
+                    .strip_prefix(KEYSPACE_TABLE_PREFIX)
+                    .map(str::to_string)
+            })
+            .collect();
+        for name in names {
+            let table_name = table_name(&name);
+            let table = txn
+                .open_table(TableDefinition::<&[u8], &[u8]>::new(&table_name))
+                .map_err(|e| Error::storage(ENGINE_NAME, "open table", e))?;
+            let stats = table
+                .stats()
+                .map_err(|e| Error::storage(ENGINE_NAME, "table stats", e))?;
+            let mut k = KeyspaceUsage {
+                index_bytes: stats.stored_bytes()
+                    + stats.metadata_bytes()
+                    + stats.fragmented_bytes(),
+                ..KeyspaceUsage::default()
+            };
+            let separating = separated.contains_key(&name);
+            for item in table
+                .iter()
+                .map_err(|e| Error::storage(ENGINE_NAME, "read", e))?
+            {
+                let (key, value) = item.map_err(|e| Error::storage(ENGINE_NAME, "read", e))?;
+                let (key, stored) = (key.value(), value.value());
+                k.entries += 1;
+                k.logical_bytes += key.len() as u64;
+                if !separating {
+                    k.logical_bytes += stored.len() as u64;
+                    continue;
+                }
+                match ValueAt::decode(stored) {
+                    Ok(Some(at)) => {
+                        k.logical_bytes += u64::from(at.len);
+                        k.values_in_journal += 1;
+                        k.values_in_journal_bytes += u64::from(at.len);
+                    }
+                    Ok(None) => k.logical_bytes += stored.len() as u64 - 1,
+                    Err(reason) => {
+                        return Err(Error::Corrupt {
+                            db: name.clone(),
+                            key: key.to_vec(),
+                            height: None,
+                            reason,
+                        });
+                    }
+                }
+            }
+            usage.keyspaces.insert(name, k);
+        }
+        Ok(usage)
     }
 }
 

@@ -36,6 +36,24 @@ pub struct JournalInspect {
     pub checkpoint_seq: u64,
     /// The engine's counts since this process opened it (its recovery's work).
     pub counts: flushpoint::JournalCounts,
+    /// What the journal's files and each keyspace occupy (`JournalEngine::usage`).
+    pub usage: flushpoint::JournalUsage,
+    /// The block store's share of the disk: its index pages plus the segments held for
+    /// its parts (only the block store keeps values in the journal), beside its logical
+    /// bytes. Segments at or past the checkpoint hold every keyspace's units and are not
+    /// counted in it.
+    pub block_store: Option<BlockStoreDisk>,
+}
+
+/// The block store's on-disk share in a journal home (see [`JournalInspect::block_store`]).
+#[derive(Debug, Serialize)]
+pub struct BlockStoreDisk {
+    /// Its keys' and values' bytes as written.
+    pub logical_bytes: u64,
+    /// Its index pages plus the held segments' allocated bytes.
+    pub disk_bytes: u64,
+    /// `disk_bytes / logical_bytes`.
+    pub disk_per_logical: f64,
 }
 
 /// The handshake's verdict.
@@ -158,11 +176,26 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
             let (applied_seq, checkpoint_seq) = j.applied_and_checkpoint_seq();
             let disk_size_bytes = j.disk_size_bytes().map_err(err)?;
             disk.insert("journal", disk_size_bytes);
+            let usage = j.usage().map_err(err)?;
+            let block_store = usage
+                .keyspaces
+                .get(home.block_store_db.name())
+                .filter(|k| k.logical_bytes > 0)
+                .map(|k| {
+                    let disk_bytes = k.index_bytes + usage.held_segment_bytes;
+                    BlockStoreDisk {
+                        logical_bytes: k.logical_bytes,
+                        disk_bytes,
+                        disk_per_logical: disk_bytes as f64 / k.logical_bytes as f64,
+                    }
+                });
             Some(JournalInspect {
                 disk_size_bytes,
                 applied_seq,
                 checkpoint_seq,
                 counts: j.counts(),
+                usage,
+                block_store,
             })
         }
         None => None,
@@ -216,14 +249,41 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
             human_bytes(report.disk_size_bytes["state"]),
             human_bytes(report.disk_size_bytes["app"])
         ),
-        Some(j) => println!(
-            "on disk: journal {} (segments and index, shared by the three databases); units applied through {}, checkpoint at {}; since opening: {} checkpoint(s), {} sync_data",
-            human_bytes(j.disk_size_bytes),
-            j.applied_seq,
-            j.checkpoint_seq,
-            j.counts.checkpoints,
-            j.counts.journal_sync_data_calls + j.counts.index.sync_data_calls
-        ),
+        Some(j) => {
+            println!(
+                "on disk: journal {} (segments and index, shared by the three databases); units applied through {}, checkpoint at {}; since opening: {} checkpoint(s), {} sync_data",
+                human_bytes(j.disk_size_bytes),
+                j.applied_seq,
+                j.checkpoint_seq,
+                j.counts.checkpoints,
+                j.counts.journal_sync_data_calls + j.counts.index.sync_data_calls
+            );
+            let u = &j.usage;
+            println!(
+                "  index {}, segments held for block parts {}, other segments {}",
+                human_bytes(u.index_file_bytes),
+                human_bytes(u.held_segment_bytes),
+                human_bytes(u.other_segment_bytes)
+            );
+            for (name, k) in &u.keyspaces {
+                println!(
+                    "  {name}: {} entries, {} logical, index pages {}, {} values ({}) in the journal",
+                    k.entries,
+                    human_bytes(k.logical_bytes),
+                    human_bytes(k.index_bytes),
+                    k.values_in_journal,
+                    human_bytes(k.values_in_journal_bytes)
+                );
+            }
+            if let Some(b) = &j.block_store {
+                println!(
+                    "  block store on disk: {} for {} logical ({:.2}×: index pages and held segments)",
+                    human_bytes(b.disk_bytes),
+                    human_bytes(b.logical_bytes),
+                    b.disk_per_logical
+                );
+            }
+        }
     }
     let c = &report.classification;
     println!(
