@@ -1,6 +1,7 @@
-//! The threads and locks the crate's concurrent modules use, as one set of names: `std`'s,
-//! or under `--cfg loom` loom's, so a loom model schedules the real code (the journal's
-//! applier against its writers and readers, the prefetch workers against a block).
+//! The threads, locks and atomics the crate's concurrent modules use, as one set of names:
+//! `std`'s, or under `--cfg loom` loom's, so a loom model schedules the real code (the
+//! journal's applier against its writers and readers, the prefetch workers against a block,
+//! the holding overlay's held windows and write generations).
 //!
 //! Only what takes part in the cross-thread protocol is swapped. Locks held within one call
 //! and never contended across a model's threads (the simulated file system's, redb's own)
@@ -9,13 +10,42 @@
 //! unlinked by the applier), [`Step::point`] makes it a step loom can reorder.
 
 #[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+#[cfg(loom)]
 pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
 #[cfg(loom)]
 pub(crate) use loom::thread;
 #[cfg(not(loom))]
-pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
+pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Condvar, Mutex, MutexGuard, RwLock};
 #[cfg(not(loom))]
 pub(crate) use std::thread;
+
+/// loom's `RwLock` with the `Debug` the `std` one has (the holding overlay's held windows:
+/// under loom every apply and every held read is a step loom orders, so the prefetch model,
+/// `tests/loom_prefetch.rs`, can put a worker's read between a write's apply and its
+/// generation bump).
+#[cfg(loom)]
+#[derive(Default)]
+pub(crate) struct RwLock<T>(loom::sync::RwLock<T>);
+
+#[cfg(loom)]
+impl<T> RwLock<T> {
+    pub(crate) fn read(&self) -> std::sync::LockResult<loom::sync::RwLockReadGuard<'_, T>> {
+        self.0.read()
+    }
+    pub(crate) fn write(&self) -> std::sync::LockResult<loom::sync::RwLockWriteGuard<'_, T>> {
+        self.0.write()
+    }
+}
+
+#[cfg(loom)]
+impl<T> std::fmt::Debug for RwLock<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RwLock")
+    }
+}
 
 /// A point where loom may switch threads before an operation it cannot see.
 ///

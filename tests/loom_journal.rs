@@ -115,33 +115,35 @@ fn read(db: &dyn Db, k: &Bytes, v1: &Bytes, v2: &Bytes, who: &str) -> u8 {
     }
 }
 
-/// Interleavings begun in the running model.
-static EXECUTIONS: AtomicUsize = AtomicUsize::new(0);
+/// What one model's interleavings saw (its own: the two tests may run at once).
+#[derive(Default)]
+struct Tally {
+    executions: AtomicUsize,
+    reader_saw_v1: AtomicUsize,
+    trimmed_while_running: AtomicUsize,
+}
 
 /// Prints the interleaving a failure was found in (loom panics out of `check`).
-struct ReportFailure;
+struct ReportFailure(Arc<Tally>);
 
 impl Drop for ReportFailure {
     fn drop(&mut self) {
         if std::thread::panicking() {
             println!(
                 "loom_journal: failed in interleaving {}",
-                EXECUTIONS.load(Ordering::SeqCst)
+                self.0.executions.load(Ordering::SeqCst)
             );
         }
     }
 }
 
 fn model(prepare_segments: bool) {
-    static READER_SAW_V1: AtomicUsize = AtomicUsize::new(0);
-    static TRIMMED_WHILE_RUNNING: AtomicUsize = AtomicUsize::new(0);
-    EXECUTIONS.store(0, Ordering::SeqCst);
-    READER_SAW_V1.store(0, Ordering::SeqCst);
-    TRIMMED_WHILE_RUNNING.store(0, Ordering::SeqCst);
+    let tally = Arc::new(Tally::default());
     let started = std::time::Instant::now();
-    let report = ReportFailure;
+    let report = ReportFailure(tally.clone());
+    let t = tally.clone();
     builder().check(move || {
-        EXECUTIONS.fetch_add(1, Ordering::SeqCst);
+        t.executions.fetch_add(1, Ordering::SeqCst);
         let fs = SimFs::new();
         let dir = Path::new(DIR);
         let engine = JournalEngine::open(
@@ -162,6 +164,7 @@ fn model(prepare_segments: bool) {
 
         let reader = {
             let (db, k, v1, v2) = (db.clone(), k.clone(), v1.clone(), v2.clone());
+            let t = t.clone();
             loom::thread::spawn(move || {
                 let first = read(&*db, &k, &v1, &v2, "the reader");
                 let second = read(&*db, &k, &v1, &v2, "the reader");
@@ -170,7 +173,7 @@ fn model(prepare_segments: bool) {
                     "the reader's reads went back: v{first} then v{second}"
                 );
                 if first == 1 {
-                    READER_SAW_V1.fetch_add(1, Ordering::SeqCst);
+                    t.reader_saw_v1.fetch_add(1, Ordering::SeqCst);
                 }
             })
         };
@@ -183,7 +186,7 @@ fn model(prepare_segments: bool) {
         );
         reader.join().expect("reader");
         if engine.counts().segments_deleted > 0 {
-            TRIMMED_WHILE_RUNNING.fetch_add(1, Ordering::SeqCst);
+            t.trimmed_while_running.fetch_add(1, Ordering::SeqCst);
         }
         drop(db);
         drop(engine);
@@ -205,9 +208,9 @@ fn model(prepare_segments: bool) {
         assert_eq!(read(&*db, &k, &v1, &v2, "the reopen"), 2);
     });
     drop(report);
-    let executions = EXECUTIONS.load(Ordering::SeqCst);
-    let saw_v1 = READER_SAW_V1.load(Ordering::SeqCst);
-    let trimmed = TRIMMED_WHILE_RUNNING.load(Ordering::SeqCst);
+    let executions = tally.executions.load(Ordering::SeqCst);
+    let saw_v1 = tally.reader_saw_v1.load(Ordering::SeqCst);
+    let trimmed = tally.trimmed_while_running.load(Ordering::SeqCst);
     println!(
         "loom_journal (prepare_segments {prepare_segments}): {executions} interleavings, \
          the reader saw v1 in {saw_v1}, segment 0 deleted before the handles were dropped \

@@ -21,8 +21,6 @@
 
 use std::collections::HashMap;
 use std::ops::Bound;
-#[cfg(not(loom))]
-use std::sync::RwLock;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -33,36 +31,7 @@ use crate::db::{
 use crate::error::{Error, Result};
 use crate::prefetch::PrefetchSource;
 use crate::store::Poison;
-
-#[cfg(loom)]
-use loom::sync::atomic::{AtomicU64, Ordering};
-
-/// Under loom the held windows' lock is loom's, so loom sees every apply and every held
-/// read as a step it orders — a write's bump and its apply are then two steps, and the
-/// prefetch model (`tests/loom_prefetch.rs`) can interleave a worker's read between them.
-/// (loom's `RwLock` has no `Debug`; this wrapper adds it.)
-#[cfg(loom)]
-#[derive(Default)]
-struct RwLock<T>(loom::sync::RwLock<T>);
-
-#[cfg(loom)]
-impl<T> RwLock<T> {
-    fn read(&self) -> std::sync::LockResult<loom::sync::RwLockReadGuard<'_, T>> {
-        self.0.read()
-    }
-    fn write(&self) -> std::sync::LockResult<loom::sync::RwLockWriteGuard<'_, T>> {
-        self.0.write()
-    }
-}
-
-#[cfg(loom)]
-impl<T> std::fmt::Debug for RwLock<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("RwLock")
-    }
-}
-#[cfg(not(loom))]
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering, RwLock};
 
 /// Buckets of the write-generation table (keys hash into them).
 ///
