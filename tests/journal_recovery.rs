@@ -325,3 +325,72 @@ fn an_applied_unit_damaged_in_the_last_segment_is_refused_not_truncated() {
         assert_eq!(fs.read(&seg(0)).unwrap(), before, "nothing truncated");
     }
 }
+
+/// Values of a unit larger than the encoder's 1 MiB chunk: written in several pieces.
+fn big_batch(name: &str, fill: u8) -> Batch {
+    let mut b = Batch::new();
+    for i in 0..3u8 {
+        b.put(
+            Bytes::from(format!("{name}/{i}")),
+            Bytes::from(vec![fill.wrapping_add(i); 700 * 1024]),
+        );
+    }
+    b
+}
+
+/// Whether `name/0..3` hold the values `big_batch(name, fill)` wrote (`None`: absent).
+fn big_values(db: &dyn Db, name: &str, fill: u8) -> Vec<Option<bool>> {
+    (0..3u8)
+        .map(|i| {
+            let v = db.get(format!("{name}/{i}").as_bytes()).unwrap()?;
+            Some(v.len() == 700 * 1024 && v.iter().all(|b| *b == fill.wrapping_add(i)))
+        })
+        .collect()
+}
+
+#[test]
+fn a_unit_written_in_several_chunks_recovers_whole_or_is_torn_off() {
+    let fs = SimFs::new();
+    let engine = open(&fs, 64 << 20).unwrap();
+    let db = engine.keyspace("ks").unwrap();
+    // Synced: durable whole. Then a second one, buffered: the cut may tear it anywhere.
+    db.write(&big_batch("a", 1), Durability::Synced).unwrap();
+    db.write(&big_batch("b", 100), Durability::Buffered)
+        .unwrap();
+    let seg0 = fs.read(&seg(0)).unwrap();
+    assert_eq!(
+        unit_offsets(&seg0).len(),
+        2,
+        "two units, one after the other"
+    );
+    drop(db);
+    let mut torn_off = 0;
+    for files in [FileFate::DropAll, FileFate::KeepAll]
+        .into_iter()
+        .chain((0..16).map(FileFate::Random))
+    {
+        let image = fs.crash_image(DirFate::KeepAll, files);
+        let engine = open(&image, 64 << 20).unwrap();
+        let db = engine.keyspace("ks").unwrap();
+        assert_eq!(
+            big_values(&*db, "a", 1),
+            vec![Some(true); 3],
+            "{files:?}: the synced unit"
+        );
+        // The buffered unit: all of it or none (its pieces are never read half).
+        let second = big_values(&*db, "b", 100);
+        match second[..] {
+            [Some(true), Some(true), Some(true)] => {}
+            [None, None, None] => torn_off += 1,
+            _ => panic!("{files:?}: part of a unit: {second:?}"),
+        }
+        if files == FileFate::KeepAll {
+            assert_eq!(second, vec![Some(true); 3], "every byte reached the disk");
+        }
+        if files == FileFate::DropAll {
+            assert_eq!(second, vec![None; 3], "none of it reached the disk");
+        }
+    }
+    assert!(torn_off >= 1, "no cut took the second unit off");
+    drop(engine);
+}

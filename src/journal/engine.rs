@@ -47,10 +47,13 @@ pub const CHECKPOINT_BYTES: u64 = 64 * 1024 * 1024;
 /// Longest time between checkpoints while units are being applied. Why this bound: a quiet
 /// node's replay on open and its journal's size stay bounded even when few bytes arrive.
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
-/// Bytes (keys and values) of unapplied units above which writers wait for the applier.
-/// Why this bound: two checkpoints' worth lets the applier drain one while writers fill
-/// the next, and keeps the overlay's memory bounded (issue 8: ≤ 2 windows + 150 MiB).
-pub const OVERLAY_BYTES_MAX: u64 = 2 * CHECKPOINT_BYTES;
+/// Most bytes (keys and values) of unapplied units: a writer whose unit would pass it waits
+/// for the applier (a unit larger than it is admitted alone). Why this bound: one
+/// checkpoint's worth, about one flush window: the applier drains one window while the
+/// node executes the next, and the overlay is not a third window in memory (issue 8: peak
+/// RSS ≤ 2 windows + 150 MiB; at twice this, with units admitted while the overlay was
+/// under it, the overlay peaked at 145–216 MiB).
+pub const OVERLAY_BYTES_MAX: u64 = CHECKPOINT_BYTES;
 /// How long the background applier lets a durable unit wait for others before applying it.
 /// Why this bound: each apply step is one redb commit, whose CPU cost does not shrink with
 /// the unit (measured: one commit per consensus-block unit made `fpj-unit` 0.50 ms/block
@@ -1321,13 +1324,13 @@ impl Shared {
         {
             let mut w = self.lock_writer();
             self.poison.check(db)?;
-            self.wait_for_room(&mut w, db)?;
+            self.wait_for_room(&mut w, db, sections.byte_size())?;
             let seq = w.next_seq;
-            let bytes = unit::encode(seq, w.synced_through, &sections).ok_or_else(|| {
+            let len = unit::encoded_len(&sections).ok_or_else(|| {
                 Error::InvalidInput("a journal unit's body must be under 4 GiB".into())
             })?;
-            let offset = self.append(&mut w, seq, &bytes)?;
-            let at = (w.segment, offset, bytes.len() as u64);
+            let offset = self.append(&mut w, seq, len, &sections)?;
+            let at = (w.segment, offset, len);
             // The unit enters the overlay only after it is in the file, and (synced) after
             // its sync: a reader never sees a write a crash could take back once `Ok`.
             if synced {
@@ -1347,13 +1350,16 @@ impl Shared {
         Ok(())
     }
 
-    /// Waits (or, inline, applies) until the overlay is under its budget. Unsynced units
-    /// cannot be applied, so they are synced first when they are what blocks the budget.
-    fn wait_for_room(&self, w: &mut Writer, db: &str) -> Result<()> {
+    /// Waits (or, inline, applies) until a unit of `incoming` bytes fits the overlay's
+    /// budget, or nothing is unapplied (a unit larger than the budget goes alone). Unsynced
+    /// units cannot be applied, so they are synced first when they are what blocks it.
+    fn wait_for_room(&self, w: &mut Writer, db: &str, incoming: u64) -> Result<()> {
         loop {
             self.poison.check(db)?;
             let st = self.lock_state();
-            if st.overlay_bytes <= self.options.overlay_bytes_max || st.queue.is_empty() {
+            // The budget bounds what the overlay holds, the incoming unit included.
+            if st.overlay_bytes + incoming <= self.options.overlay_bytes_max || st.queue.is_empty()
+            {
                 return Ok(());
             }
             bump(&self.counters.overlay_waits, 1);
@@ -1379,9 +1385,12 @@ impl Shared {
     }
 
     /// Appends `bytes` (unit `seq`) to the active segment, rolling to a new one first when
-    /// it would pass the segment size. Returns the unit's offset in `w.segment`.
-    fn append(&self, w: &mut Writer, seq: u64, bytes: &[u8]) -> Result<u64> {
-        let len = bytes.len() as u64;
+    /// it would pass the segment size; the unit is `len` bytes (`unit::encoded_len`),
+    /// encoded as it is written, in chunks. Returns the unit's offset in `w.segment`.
+    fn append(&self, w: &mut Writer, seq: u64, len: u64, sections: &Sections) -> Result<u64> {
+        // What the header says was durable when the unit was written: as before a roll's
+        // sync (true either way; recovery only trusts it for units before this one).
+        let synced_through = w.synced_through;
         let roll = match w.file {
             None => true,
             Some(_) => w.offset > 0 && w.offset + len > self.options.segment_bytes,
@@ -1442,8 +1451,28 @@ impl Shared {
             .file
             .as_ref()
             .expect("invariant: a segment is open after a roll");
-        file.write_at(w.offset, bytes)
-            .map_err(self.failing_io("append unit", &path))?;
+        // Crash: a cut between chunks leaves the unit's first pieces, a torn tail to
+        // recovery (its body crc32 fails), as a cut inside one write would; the unit is
+        // acknowledged only after a sync that follows its last piece.
+        let mut next = w.offset;
+        unit::encode_in_chunks(
+            seq,
+            synced_through,
+            sections,
+            unit::ENCODE_CHUNK_BYTES,
+            |c| {
+                file.write_at(next, c)?;
+                next += c.len() as u64;
+                Ok(())
+            },
+        )
+        .expect("invariant: the length was checked by encoded_len")
+        .map_err(self.failing_io("append unit", &path))?;
+        assert_eq!(
+            next,
+            w.offset + len,
+            "invariant: the unit is encoded_len bytes"
+        );
         let at = w.offset;
         w.offset += len;
         w.written_through = seq;
