@@ -47,13 +47,14 @@ pub const CHECKPOINT_BYTES: u64 = 64 * 1024 * 1024;
 /// Longest time between checkpoints while units are being applied. Why this bound: a quiet
 /// node's replay on open and its journal's size stay bounded even when few bytes arrive.
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
-/// Most bytes (keys and values) of unapplied units: a writer whose unit would pass it waits
-/// for the applier (a unit larger than it is admitted alone). Why this bound: one
-/// checkpoint's worth, about one flush window: the applier drains one window while the
-/// node executes the next, and the overlay is not a third window in memory (issue 8: peak
-/// RSS ≤ 2 windows + 150 MiB; at twice this, with units admitted while the overlay was
-/// under it, the overlay peaked at 145–216 MiB).
-pub const OVERLAY_BYTES_MAX: u64 = CHECKPOINT_BYTES;
+/// Bytes (keys and values) of unapplied units above which writers wait for the applier.
+/// Why this bound: two checkpoints' worth lets the applier drain one while writers fill
+/// the next, and keeps the overlay's memory bounded (issue 8: ≤ 2 windows + 150 MiB). A
+/// smaller overlay, or one admitting a unit only when it fits, saves memory but costs
+/// speed at scale: the applier then takes smaller batches, and each rewrites the same index
+/// leaves (measured in the seventh session: `benches/compare/PERFORMANCE.md`, "Where a
+/// journal home's memory goes").
+pub const OVERLAY_BYTES_MAX: u64 = 2 * CHECKPOINT_BYTES;
 /// How long the background applier lets a durable unit wait for others before applying it.
 /// Why this bound: each apply step is one redb commit, whose CPU cost does not shrink with
 /// the unit (measured: one commit per consensus-block unit made `fpj-unit` 0.50 ms/block
@@ -1324,7 +1325,7 @@ impl Shared {
         {
             let mut w = self.lock_writer();
             self.poison.check(db)?;
-            self.wait_for_room(&mut w, db, sections.byte_size())?;
+            self.wait_for_room(&mut w, db)?;
             let seq = w.next_seq;
             let len = unit::encoded_len(&sections).ok_or_else(|| {
                 Error::InvalidInput("a journal unit's body must be under 4 GiB".into())
@@ -1350,16 +1351,13 @@ impl Shared {
         Ok(())
     }
 
-    /// Waits (or, inline, applies) until a unit of `incoming` bytes fits the overlay's
-    /// budget, or nothing is unapplied (a unit larger than the budget goes alone). Unsynced
-    /// units cannot be applied, so they are synced first when they are what blocks it.
-    fn wait_for_room(&self, w: &mut Writer, db: &str, incoming: u64) -> Result<()> {
+    /// Waits (or, inline, applies) until the overlay is under its budget. Unsynced units
+    /// cannot be applied, so they are synced first when they are what blocks the budget.
+    fn wait_for_room(&self, w: &mut Writer, db: &str) -> Result<()> {
         loop {
             self.poison.check(db)?;
             let st = self.lock_state();
-            // The budget bounds what the overlay holds, the incoming unit included.
-            if st.overlay_bytes + incoming <= self.options.overlay_bytes_max || st.queue.is_empty()
-            {
+            if st.overlay_bytes <= self.options.overlay_bytes_max || st.queue.is_empty() {
                 return Ok(());
             }
             bump(&self.counters.overlay_waits, 1);

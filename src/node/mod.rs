@@ -826,7 +826,10 @@ impl<C: Chain> Node<C> {
         let events = self.poisoned(r)?;
         self.deferred.held_events.push(events);
         let held = self.held_bytes();
-        self.deferred.peak_held_bytes = self.deferred.peak_held_bytes.max(held.into_iter().sum());
+        self.deferred.peak_held_bytes = self
+            .deferred
+            .peak_held_bytes
+            .max(held.into_iter().max().unwrap_or(0));
         let taken = self.maybe_flush(now)?;
         Ok(merge_reports(done, taken))
     }

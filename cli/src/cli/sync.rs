@@ -273,7 +273,7 @@ pub struct SyncSummary {
     pub databases: Databases,
     /// The journal's figures, on a journal home.
     pub journal: Option<JournalSummary>,
-    /// Most bytes the window held at once, over the three databases.
+    /// Most bytes one database held at once.
     pub peak_held_bytes: u64,
     /// Peak resident set size of the process.
     pub peak_rss_bytes: u64,
