@@ -811,20 +811,12 @@ impl JournalEngine {
                 .copied()
                 .collect()
         };
-        let mut total = 0;
-        for path in segments
-            .into_iter()
-            .map(|i| s.dir.join(segment_file_name(i)))
-            .chain([s.dir.join(INDEX_FILE), s.dir.join(SPARE_SEGMENT_FILE)])
-        {
-            if !s.fs.exists(&path).map_err(io_err("stat file", &path))? {
-                continue;
-            }
-            total +=
-                s.fs.allocated_bytes(&path)
-                    .map_err(io_err("stat file", &path))?;
-        }
-        Ok(total)
+        s.allocated_bytes(
+            segments
+                .into_iter()
+                .map(|i| s.segment_path(i))
+                .chain([s.dir.join(INDEX_FILE), s.dir.join(SPARE_SEGMENT_FILE)]),
+        )
     }
 }
 
@@ -855,23 +847,11 @@ impl JournalEngine {
                 .collect();
             (txn, st.separated.clone(), held, others)
         };
-        let allocated = |paths: &mut dyn Iterator<Item = PathBuf>| -> Result<u64> {
-            let mut total = 0;
-            for path in paths {
-                // A doomed segment may be unlinked meanwhile: it occupies nothing then.
-                if s.fs.exists(&path).map_err(io_err("stat file", &path))? {
-                    total +=
-                        s.fs.allocated_bytes(&path)
-                            .map_err(io_err("stat file", &path))?;
-                }
-            }
-            Ok(total)
-        };
         let mut usage = JournalUsage {
-            index_file_bytes: allocated(&mut std::iter::once(s.dir.join(INDEX_FILE)))?,
-            held_segment_bytes: allocated(&mut held.into_iter().map(|i| s.segment_path(i)))?,
-            other_segment_bytes: allocated(
-                &mut others
+            index_file_bytes: s.allocated_bytes([s.dir.join(INDEX_FILE)])?,
+            held_segment_bytes: s.allocated_bytes(held.into_iter().map(|i| s.segment_path(i)))?,
+            other_segment_bytes: s.allocated_bytes(
+                others
                     .into_iter()
                     .map(|i| s.segment_path(i))
                     .chain([s.dir.join(SPARE_SEGMENT_FILE)]),
@@ -1313,6 +1293,21 @@ impl Shared {
 
     fn segment_path(&self, index: u64) -> PathBuf {
         self.dir.join(segment_file_name(index))
+    }
+
+    /// Bytes the files at `paths` occupy on disk (allocated). A missing one counts 0: a
+    /// doomed segment may be unlinked meanwhile.
+    fn allocated_bytes(&self, paths: impl IntoIterator<Item = PathBuf>) -> Result<u64> {
+        let mut total = 0;
+        for path in paths {
+            if self.fs.exists(&path).map_err(io_err("stat file", &path))? {
+                total += self
+                    .fs
+                    .allocated_bytes(&path)
+                    .map_err(io_err("stat file", &path))?;
+            }
+        }
+        Ok(total)
     }
 
     fn commit(&self, db: &str, sections: Sections, durability: Durability) -> Result<()> {
