@@ -34,9 +34,17 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
 
 use flushpoint_runs::FpMode;
+
 use peers::Peer;
 use shape::Shape;
 use sys::ProcIo;
+
+/// The allocator of the `flushpoint` tool, for every contender alike (flushpoint, fjall and
+/// redb allocate through it; RocksDB's C++ keeps the system's). Why: the tool ships it, and
+/// the journal engine's applier frees what the block loop allocated, which glibc makes
+/// slow (PERFORMANCE.md, "The allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Blocks sampled to measure the shape (covers the chain's 13-, 50- and 200-block periods).
 const SHAPE_SAMPLE_BLOCKS: u64 = 200;
