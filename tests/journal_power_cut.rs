@@ -374,8 +374,10 @@ fn every_cut_recovers_every_acknowledged_unit_and_no_partial_unit() {
         counts.segments_deleted >= 2,
         "trims delete segments: {counts:?}"
     );
+    // At least 5: a value its own unit overwrites is never kept (the applier applies a
+    // unit's last op per key), and the plan's keys repeat within a unit.
     assert!(
-        counts.values_kept_in_journal >= 10 && counts.segments_kept_for_values >= 2,
+        counts.values_kept_in_journal >= 5 && counts.segments_kept_for_values >= 2,
         "values are kept in the journal, and hold segments past the checkpoint: {counts:?}"
     );
     assert!(

@@ -4,10 +4,10 @@
 //! * `writer`: the active segment and the next seq; held across a unit's append and sync,
 //!   so units reach the file, and the overlay, in seq order.
 //! * `apply`: one apply step (or checkpoint) at a time.
-//! * `state`: the overlay, the queue of unapplied units, the segment map; held only briefly,
-//!   never across I/O except a redb `begin_read` (see [`Shared::snapshot`]).
+//! * `state`: the queue of unapplied units (the overlay), the segment map; held only
+//!   briefly, never across I/O except a redb `begin_read` (see [`Shared::snapshot`]).
 //!
-//! Invariant: the overlay holds every unit not yet applied to redb; an entry leaves it only
+//! Invariant: the overlay holds every unit not yet applied to redb; a unit leaves it only
 //! after the redb commit holding it returned, so overlay-then-redb never misses a write.
 //! Invariant: a segment is deleted only after a durable checkpoint records a
 //! `first_segment` above it **and** no value pointer in it (ADR 0013), and only once no
@@ -26,6 +26,7 @@ use redb::{
     TableHandle,
 };
 
+use super::overlay::{HoldsOps, KeyOrdered, OverlayView, UnitOps};
 use super::unit::{self, Decoded, Header, KEYSPACE_NAME_BYTES_MAX, Layout, Sections, UnitOp};
 use crate::db::{
     BackendCounters, BackendCounts, Batch, CountingBackend, Db, DbIter, Direction, Durability,
@@ -303,18 +304,20 @@ struct Pending {
     offset: u64,
     len: u64,
     bytes: u64,
-    sections: Arc<Sections>,
+    ops: Arc<UnitOps>,
     /// When the unit entered the overlay (the applier's batching clock).
     queued_at: Instant,
 }
 
-type Overlay = BTreeMap<Bytes, (u64, Option<Bytes>)>;
+impl HoldsOps for Pending {
+    fn ops(&self) -> &UnitOps {
+        &self.ops
+    }
+}
 
 #[derive(Debug)]
 struct State {
-    /// Per keyspace: key → (seq of the unit that wrote it, value or tombstone).
-    overlay: HashMap<String, Overlay>,
-    /// Unapplied units, in seq order.
+    /// Unapplied units, in seq order: the overlay ([`OverlayView`] reads it newest first).
     queue: VecDeque<Pending>,
     /// Bytes of the units in `queue`.
     overlay_bytes: u64,
@@ -582,7 +585,6 @@ impl JournalEngine {
             Err(e) => return Err(io_err("remove spare segment", &spare)(e)),
         }
         let mut state = State {
-            overlay: HashMap::new(),
             queue: VecDeque::new(),
             overlay_bytes: 0,
             durable_through: written_through,
@@ -603,7 +605,7 @@ impl JournalEngine {
             value_ranges: BTreeMap::new(),
         };
         for (header, sections, at) in scan.replay {
-            push_unit(&mut state, header.seq, Arc::new(sections), at);
+            push_unit(&mut state, header.seq, Arc::new(UnitOps::new(sections)), at);
         }
         let shared = Arc::new(Shared {
             fs,
@@ -706,7 +708,7 @@ impl JournalEngine {
         s.poison.check(name)?;
         {
             let st = s.lock_state();
-            if st.separated.contains_key(name) || st.overlay.contains_key(name) {
+            if st.separated.contains_key(name) || st.queue.iter().any(|u| u.ops.writes(name)) {
                 return Ok(db);
             }
         }
@@ -942,16 +944,10 @@ fn batch_ops(batch: &Batch) -> Vec<UnitOp> {
 fn push_unit(
     state: &mut State,
     seq: u64,
-    sections: Arc<Sections>,
+    ops: Arc<UnitOps>,
     (segment, offset, len): (u64, u64, u64),
 ) {
-    let bytes = sections.byte_size();
-    for (name, ops) in &sections.0 {
-        let overlay = state.overlay.entry(name.clone()).or_default();
-        for (k, v) in ops {
-            overlay.insert(k.clone(), (seq, v.clone()));
-        }
-    }
+    let bytes = ops.sections.byte_size();
     if let Some(last) = state.queue.back() {
         assert_eq!(last.seq + 1, seq, "invariant: units queue in seq order");
     }
@@ -962,7 +958,7 @@ fn push_unit(
         offset,
         len,
         bytes,
-        sections,
+        ops,
         queued_at: Instant::now(),
     });
 }
@@ -1087,8 +1083,9 @@ struct Applied {
     value_ranges: Vec<(u64, u64, u64)>,
 }
 
-/// One unit's ops for one keyspace, the unit, and the layout at the section's start.
-type Run<'a> = (&'a [UnitOp], &'a Pending, Layout);
+/// One unit's section for one keyspace in key order and as the unit holds it, the unit, and
+/// the layout at the section's start.
+type Run<'a> = (KeyOrdered<'a>, &'a [UnitOp], &'a Pending, Layout);
 
 /// The last segment as recovery found it.
 #[derive(Debug)]
@@ -1312,7 +1309,8 @@ impl Shared {
 
     fn commit(&self, db: &str, sections: Sections, durability: Durability) -> Result<()> {
         self.poison.check(db)?;
-        let sections = Arc::new(sections);
+        // Ordered by key before any lock is taken (O(n) when it already is).
+        let ops = Arc::new(UnitOps::new(sections));
         let synced = match durability {
             Durability::Synced => true,
             Durability::Buffered => false,
@@ -1322,10 +1320,10 @@ impl Shared {
             self.poison.check(db)?;
             self.wait_for_room(&mut w, db)?;
             let seq = w.next_seq;
-            let len = unit::encoded_len(&sections).ok_or_else(|| {
+            let len = unit::encoded_len(&ops.sections).ok_or_else(|| {
                 Error::InvalidInput("a journal unit's body must be under 4 GiB".into())
             })?;
-            let offset = self.append(&mut w, seq, len, &sections)?;
+            let offset = self.append(&mut w, seq, len, &ops.sections)?;
             let at = (w.segment, offset, len);
             // The unit enters the overlay only after it is in the file, and (synced) after
             // its sync: a reader never sees a write a crash could take back once `Ok`.
@@ -1334,7 +1332,7 @@ impl Shared {
             }
             w.next_seq = seq + 1;
             let mut st = self.lock_state();
-            push_unit(&mut st, seq, sections, at);
+            push_unit(&mut st, seq, ops, at);
             self.counters
                 .overlay_bytes_peak
                 .fetch_max(st.overlay_bytes, Ordering::Relaxed);
@@ -1551,21 +1549,12 @@ impl Shared {
         };
         if let Some(last) = units.last() {
             let last_seq = last.seq;
-            // A planted bug for `tests/loom_journal.rs`: the units' entries leave the
-            // overlay before their index commit.
-            #[cfg(loom_bug_overlay_leaves_before_commit)]
-            {
+            // A planted bug for `tests/loom_journal.rs`: the units leave the overlay before
+            // their index commit.
+            let left_early = cfg!(loom_bug_overlay_leaves_before_commit);
+            if left_early {
                 let mut st = self.lock_state();
-                for u in &units {
-                    for (name, ops) in &u.sections.0 {
-                        let overlay = st.overlay.get_mut(name).expect("keyspace in overlay");
-                        for (k, _) in ops {
-                            if overlay.get(k).is_some_and(|(seq, _)| *seq <= u.seq) {
-                                overlay.remove(k);
-                            }
-                        }
-                    }
-                }
+                st.queue.drain(..units.len());
             }
             let applied = self.apply_units(&units)?;
             let mut st = self.lock_state();
@@ -1586,20 +1575,17 @@ impl Shared {
                     st.live.insert(segment, bytes);
                 }
             }
+            // The applied units leave the overlay only now, after their commit returned
+            // (their ops are freed after the lock is let go).
+            let mut left = Vec::with_capacity(units.len());
             for u in &units {
-                let front = st
-                    .queue
-                    .pop_front()
-                    .expect("invariant: applied units queued");
-                assert_eq!(front.seq, u.seq, "invariant: units apply in seq order");
-                for (name, ops) in &u.sections.0 {
-                    let overlay = st.overlay.get_mut(name).expect("keyspace in overlay");
-                    for (k, _) in ops {
-                        // A later unit's write to the same key stays: it is not in redb yet.
-                        if overlay.get(k).is_some_and(|(seq, _)| *seq <= u.seq) {
-                            overlay.remove(k);
-                        }
-                    }
+                if !left_early {
+                    let front = st
+                        .queue
+                        .pop_front()
+                        .expect("invariant: applied units queued");
+                    assert_eq!(front.seq, u.seq, "invariant: units apply in seq order");
+                    left.push(front);
                 }
                 st.overlay_bytes -= u.bytes;
                 st.bytes_since_checkpoint += u.bytes;
@@ -1611,6 +1597,7 @@ impl Shared {
             // leaves them waiting).
             #[cfg(not(loom_bug_no_wakeup_after_apply))]
             self.changed.notify_all();
+            drop(left);
         }
         let due = {
             let st = self.lock_state();
@@ -1626,7 +1613,9 @@ impl Shared {
         Ok(())
     }
 
-    /// One redb transaction with `Durability::None` holding `units`, in seq order per key.
+    /// One redb transaction with `Durability::None` holding `units`, in seq order per key;
+    /// within a unit, each keyspace's ops go in key order (its last op per key), so the
+    /// inserts sweep the index's leaves once.
     /// In a separating keyspace a value at or above its threshold is written as a pointer
     /// to its bytes in the unit (ADR 0013), and the live bytes per segment follow every
     /// pointer written, replaced or deleted. Returns the new live bytes of each segment
@@ -1639,14 +1628,18 @@ impl Shared {
             .map_err(self.failing("begin write"))?;
         txn.set_durability(redb::Durability::None)
             .map_err(self.failing("set durability"))?;
-        // Per keyspace, its ops from every unit in seq order (keyspaces are independent
-        // tables, so grouping keeps each key's order), each with where its unit lies.
+        // Per keyspace, its sections from every unit in seq order (keyspaces are
+        // independent tables, so grouping keeps each key's order), each with where its
+        // unit lies and the layout at the section's start.
         let mut by_keyspace: BTreeMap<&str, Vec<Run<'_>>> = BTreeMap::new();
         for u in units {
             let mut layout = Layout::new();
-            for (name, ops) in &u.sections.0 {
+            for (i, (name, ops)) in u.ops.sections.0.iter().enumerate() {
                 layout.section(name);
-                by_keyspace.entry(name).or_default().push((ops, u, layout));
+                by_keyspace
+                    .entry(name)
+                    .or_default()
+                    .push((u.ops.section(i), ops, u, layout));
                 for (k, v) in ops {
                     layout.op(k.len(), v.as_ref().map(|v| v.len()));
                 }
@@ -1662,7 +1655,7 @@ impl Shared {
             let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(&table_name);
             let mut table = txn.open_table(def).map_err(self.failing("open table"))?;
             let Some(&from) = separated.get(name) else {
-                for (k, v) in runs.into_iter().flat_map(|(ops, _, _)| ops.iter()) {
+                for (_, (k, v)) in runs.into_iter().flat_map(|(ordered, ..)| ordered.iter()) {
                     match v {
                         Some(v) => {
                             table
@@ -1676,9 +1669,14 @@ impl Shared {
                 }
                 continue;
             };
-            for (ops, unit, mut layout) in runs {
-                for (k, v) in ops {
-                    let value_at = layout.op(k.len(), v.as_ref().map(|v| v.len()));
+            for (ordered, ops, unit, mut layout) in runs {
+                // Where each value lies, in the unit's order (the order its layout follows).
+                let values_at: Vec<Option<u64>> = ops
+                    .iter()
+                    .map(|(k, v)| layout.op(k.len(), v.as_ref().map(|v| v.len())))
+                    .collect();
+                for (at_index, (k, v)) in ordered.iter() {
+                    let value_at = values_at[at_index];
                     let old = match v {
                         Some(v) => {
                             stored.clear();
@@ -1988,11 +1986,14 @@ impl Shared {
         &self,
         db: &str,
         keyspace: &str,
-        from_overlay: impl FnOnce(Option<&Overlay>) -> T,
+        from_overlay: impl FnOnce(OverlayView<'_, Pending>) -> T,
     ) -> Result<(T, redb::ReadTransaction, Option<ReadPin<'_>>)> {
         self.poison.check(db)?;
         let mut st = self.lock_state();
-        let t = from_overlay(st.overlay.get(keyspace));
+        let t = from_overlay(OverlayView {
+            units: &st.queue,
+            keyspace,
+        });
         let txn = self
             .index
             .begin_read()
@@ -2162,9 +2163,7 @@ impl Db for JournalDb {
 
     fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
         let (hits, txn, pin) = self.shared().snapshot(&self.name, &self.name, |ov| {
-            keys.iter()
-                .map(|k| ov.and_then(|ov| ov.get(*k)).map(|(_, v)| v.clone()))
-                .collect::<Vec<OverlayHit>>()
+            keys.iter().map(|k| ov.get(k)).collect::<Vec<OverlayHit>>()
         })?;
         let mut table = None;
         let mut out = Vec::with_capacity(keys.len());
@@ -2201,14 +2200,9 @@ impl Db for JournalDb {
             return Ok(Box::new(std::iter::empty()));
         }
         let bounds = range.as_ref_bounds();
-        let (mut over, txn, pin) = self.shared().snapshot(&self.name, &self.name, |ov| {
-            ov.map(|ov| {
-                ov.range::<[u8], _>(bounds)
-                    .map(|(k, (_, v))| (k.clone(), v.clone()))
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default()
-        })?;
+        let (mut over, txn, pin) = self
+            .shared()
+            .snapshot(&self.name, &self.name, |ov| ov.range(bounds))?;
         if direction == Direction::Reverse {
             over.reverse();
         }

@@ -24,6 +24,7 @@
 //! Invariant: this module never imports the store, node or app layers.
 
 mod engine;
+mod overlay;
 mod unit;
 
 pub use engine::{
