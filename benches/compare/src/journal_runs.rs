@@ -208,6 +208,7 @@ pub fn run_unit_per_block(
     on_start();
     let start = Instant::now();
     let mut blocks = 0u64;
+    let mut commits = crate::peers::CommitTimes::default();
     while !stop(blocks, start.elapsed()) {
         let mut batches = [Batch::new(), Batch::new(), Batch::new()];
         for op in shape.peer_block(blocks + 1, pool) {
@@ -218,8 +219,8 @@ pub fn run_unit_per_block(
             };
         }
         let units: Vec<(&str, &Batch)> = KEYSPACES.iter().copied().zip(batches.iter()).collect();
-        engine
-            .commit(&units, Durability::Synced)
+        commits
+            .time(|| engine.commit(&units, Durability::Synced))
             .map_err(fp_err("commit"))?;
         blocks += 1;
     }
@@ -243,6 +244,7 @@ pub fn run_unit_per_block(
         blocks,
         elapsed,
         syncs,
+        commits,
     })
 }
 

@@ -293,6 +293,10 @@ pub struct RunReport {
     pub flush_points: u64,
     /// Batches written `Synced` over the three databases (flushpoint rows).
     pub synced_batches: u64,
+    /// Median and 99th percentile of one block's commit time, ms (the rows that sync
+    /// every block: `peers::CommitTimes`).
+    #[serde(default)]
+    pub commit_ms: Option<(f64, f64)>,
     /// The outcome check's error, if it failed.
     pub error: Option<String>,
 }
@@ -311,6 +315,7 @@ fn run_one(a: &RunOneArgs) -> RunReport {
         peak_rss_bytes: 0,
         flush_points: 0,
         synced_batches: 0,
+        commit_ms: None,
         error: None,
     };
     let r = (|| -> Result<(), String> {
@@ -388,6 +393,7 @@ fn run_one(a: &RunOneArgs) -> RunReport {
                 rep.blocks = out.blocks;
                 rep.elapsed_s = out.elapsed.as_secs_f64();
                 rep.syncs = out.syncs;
+                rep.commit_ms = out.commits.p50_p99_ms();
                 rep.sync_method = "journal counters".into();
             }
             Kind::Peer(p) => {
@@ -404,6 +410,7 @@ fn run_one(a: &RunOneArgs) -> RunReport {
                 rep.blocks = out.blocks;
                 rep.elapsed_s = out.elapsed.as_secs_f64();
                 rep.syncs = out.syncs;
+                rep.commit_ms = out.commits.p50_p99_ms();
                 rep.sync_method = p.sync_method().into();
             }
         }
@@ -451,6 +458,7 @@ fn spawn_one(
         peak_rss_bytes: 0,
         flush_points: 0,
         synced_batches: 0,
+        commit_ms: None,
         error: Some(e),
     };
     let out = match cmd.output() {
@@ -556,6 +564,7 @@ fn main_all(a: &AllArgs) -> Result<u64, String> {
     }
     for (pi, p) in profiles.iter().enumerate() {
         failures += report::print_write_table(p, &cs, &results[pi], &loads);
+        report::print_commit_table(p, &cs, &results[pi]);
     }
     if !a.no_index {
         let blocks = if a.quick { 2_000 } else { a.index_blocks };

@@ -54,7 +54,7 @@ pub enum Peer {
 }
 
 /// What a peer run did.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Default)]
 pub struct PeerOut {
     /// Blocks written.
     pub blocks: u64,
@@ -62,6 +62,36 @@ pub struct PeerOut {
     pub elapsed: Duration,
     /// Sync calls counted (see the module doc for how, per peer).
     pub syncs: u64,
+    /// Each block's write-and-sync time, for the rows that sync every block (empty for the
+    /// others).
+    pub commits: CommitTimes,
+}
+
+/// Each block's commit time: from the start of its write to the return of the call that
+/// made it durable. What a consensus block waits for; the row's blocks/s also counts the
+/// work a row leaves for later (an applier's, a compaction's, the close).
+#[derive(Debug, Default)]
+pub struct CommitTimes(Vec<f64>);
+
+impl CommitTimes {
+    /// Times `commit` (one block's durable write) and keeps its time.
+    pub fn time<T>(&mut self, commit: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let out = commit();
+        self.0.push(t.elapsed().as_secs_f64() * 1e3);
+        out
+    }
+
+    /// The median and the 99th percentile, in ms; `None` when nothing was timed.
+    pub fn p50_p99_ms(&self) -> Option<(f64, f64)> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let mut v = self.0.clone();
+        v.sort_by(f64::total_cmp);
+        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+        Some((at(0.5), at(0.99)))
+    }
 }
 
 impl Peer {
@@ -207,12 +237,15 @@ pub fn run_peer(
             let start = Instant::now();
             let mut blocks = 0u64;
             let mut window: Option<(redb::WriteTransaction, Instant)> = None;
+            let mut commits = CommitTimes::default();
             while !stop(blocks, start.elapsed()) {
                 let ops = shape.peer_block(blocks + 1, pool);
                 if peer == Peer::RedbBlock {
-                    let txn = begin(&db)?;
-                    redb_apply(&txn, &ops)?;
-                    txn.commit().map_err(s("commit"))?;
+                    commits.time(|| -> Result<(), String> {
+                        let txn = begin(&db)?;
+                        redb_apply(&txn, &ops)?;
+                        txn.commit().map_err(s("commit"))
+                    })?;
                 } else {
                     let (txn, opened) = match window.take() {
                         Some(w) => w,
@@ -251,6 +284,7 @@ pub fn run_peer(
                 blocks,
                 elapsed,
                 syncs: n,
+                commits,
             }
         }
         Peer::FjallSync | Peer::FjallBuffered => {
@@ -276,17 +310,25 @@ pub fn run_peer(
             let mut blocks = 0u64;
             let mut n = 0u64;
             let mode = (peer == Peer::FjallSync).then_some(PersistMode::SyncAll);
+            let mut commits = CommitTimes::default();
             while !stop(blocks, start.elapsed()) {
                 let ops = shape.peer_block(blocks + 1, pool);
-                let mut b = db.batch().durability(mode);
-                for op in &ops {
-                    let k = &ks[op.store.index()];
-                    match op.value {
-                        Some(v) => b.insert(k, op.key.as_slice(), v),
-                        None => b.remove(k, op.key.as_slice()),
+                let commit = || {
+                    let mut b = db.batch().durability(mode);
+                    for op in &ops {
+                        let k = &ks[op.store.index()];
+                        match op.value {
+                            Some(v) => b.insert(k, op.key.as_slice(), v),
+                            None => b.remove(k, op.key.as_slice()),
+                        }
                     }
+                    b.commit().map_err(s("fjall commit"))
+                };
+                if mode.is_some() {
+                    commits.time(commit)?;
+                } else {
+                    commit()?;
                 }
-                b.commit().map_err(s("fjall commit"))?;
                 n += u64::from(mode.is_some());
                 blocks += 1;
             }
@@ -309,6 +351,7 @@ pub fn run_peer(
                 blocks,
                 elapsed,
                 syncs: n,
+                commits,
             }
         }
         Peer::RocksSync | Peer::RocksNoSync => {
@@ -323,17 +366,26 @@ pub fn run_peer(
             let mut last_sync = start;
             let mut blocks = 0u64;
             let mut n = 0u64;
+            let mut commits = CommitTimes::default();
             while !stop(blocks, start.elapsed()) {
                 buf.clear();
                 for op in shape.peer_block(blocks + 1, pool) {
                     buf.extend_from_slice(&op.key);
                     buf.extend_from_slice(op.value.unwrap_or(&[]));
                 }
-                f.write_all(&buf).map_err(s("write"))?;
-                if peer == Peer::RawSync || last_sync.elapsed() >= WINDOW {
-                    f.sync_data().map_err(s("fdatasync"))?;
+                if peer == Peer::RawSync {
+                    commits.time(|| -> Result<(), String> {
+                        f.write_all(&buf).map_err(s("write"))?;
+                        f.sync_data().map_err(s("fdatasync"))
+                    })?;
                     n += 1;
-                    last_sync = Instant::now();
+                } else {
+                    f.write_all(&buf).map_err(s("write"))?;
+                    if last_sync.elapsed() >= WINDOW {
+                        f.sync_data().map_err(s("fdatasync"))?;
+                        n += 1;
+                        last_sync = Instant::now();
+                    }
                 }
                 blocks += 1;
             }
@@ -353,6 +405,7 @@ pub fn run_peer(
                 blocks,
                 elapsed,
                 syncs: n,
+                commits,
             }
         }
     };
@@ -428,6 +481,7 @@ mod rocks {
         on_start();
         let start = Instant::now();
         let mut blocks = 0u64;
+        let mut commits = CommitTimes::default();
         {
             let cfs: Vec<_> = names
                 .iter()
@@ -442,7 +496,13 @@ mod rocks {
                         None => b.delete_cf(cf, &op.key),
                     }
                 }
-                db.write_opt(b, &wo).map_err(s("rocks write"))?;
+                if peer == Peer::RocksSync {
+                    commits
+                        .time(|| db.write_opt(b, &wo))
+                        .map_err(s("rocks write"))?;
+                } else {
+                    db.write_opt(b, &wo).map_err(s("rocks write"))?;
+                }
                 blocks += 1;
             }
             db.flush_wal(true).map_err(s("flush wal"))?;
@@ -460,6 +520,7 @@ mod rocks {
             blocks,
             elapsed,
             syncs: n,
+            commits,
         })
     }
 }
@@ -484,6 +545,18 @@ mod rocks {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn commit_times_give_the_median_and_the_99th_percentile() {
+        assert_eq!(CommitTimes::default().p50_p99_ms(), None);
+        // 100 blocks of 1..=100 ms, shuffled: the median rank is 50 (0-based, rounded) and
+        // the 99th percentile's is 98.
+        let mut t = CommitTimes((1..=100).rev().map(f64::from).collect());
+        t.0.swap(3, 70);
+        assert_eq!(t.p50_p99_ms(), Some((51.0, 99.0)));
+        let one = CommitTimes(vec![0.25]);
+        assert_eq!(one.p50_p99_ms(), Some((0.25, 0.25)));
+    }
 
     fn shape() -> Shape {
         let rec: Vec<Vec<crate::shape::RecordedOp>> = (1..=2u64)

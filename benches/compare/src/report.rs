@@ -129,6 +129,52 @@ pub fn print_write_table(
     failed
 }
 
+/// Prints, for the rows that sync every block, one block's commit time (median and 99th
+/// percentile over the run's blocks; medians over rounds) beside `raw-sync`'s in the same
+/// round: the latency a consensus block waits for. A row's blocks/s in the write table also
+/// pays for the work it leaves behind (the journal's applier, a close), and does not show it.
+pub fn print_commit_table(profile: &str, cs: &[Contender], runs: &[Vec<RunReport>]) {
+    let raw = cs.iter().position(|c| c.name == "raw-sync");
+    println!("\n## {profile} blocks: one block's commit time (rows that sync every block)");
+    println!("| contender | p50 ms | p99 ms | p50 ÷ raw-sync's p50 (same round) |");
+    println!("|---|---|---|---|");
+    for (ci, c) in cs.iter().enumerate() {
+        let rs = &runs[ci];
+        let times: Vec<(f64, f64)> = rs
+            .iter()
+            .filter(|r| r.error.is_none())
+            .filter_map(|r| r.commit_ms)
+            .collect();
+        if times.is_empty() {
+            continue;
+        }
+        let ratios: Vec<f64> = match raw {
+            Some(b) => rs
+                .iter()
+                .zip(&runs[b])
+                .filter_map(
+                    |(r, d)| match (r.error.is_none(), r.commit_ms, d.commit_ms) {
+                        (true, Some((p, _)), Some((q, _))) if d.error.is_none() => Some(p / q),
+                        _ => None,
+                    },
+                )
+                .collect(),
+            None => vec![],
+        };
+        println!(
+            "| {} | {} | {} | {} |",
+            c.name,
+            spread(&times.iter().map(|t| t.0).collect::<Vec<_>>(), 3),
+            spread(&times.iter().map(|t| t.1).collect::<Vec<_>>(), 3),
+            if ratios.is_empty() {
+                "–".into()
+            } else {
+                spread(&ratios, 2)
+            },
+        );
+    }
+}
+
 /// Prints the index table.
 pub fn print_index(rows: &[IndexRow]) {
     println!(
