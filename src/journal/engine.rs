@@ -26,7 +26,7 @@ use redb::{
     TableHandle,
 };
 
-use super::overlay::{HoldsOps, KeyOrdered, OverlayView, UnitOps};
+use super::overlay::{KeyOrdered, Overlay, UnitOps};
 use super::unit::{self, Decoded, Header, KEYSPACE_NAME_BYTES_MAX, Layout, Sections, UnitOp};
 use crate::db::{
     BackendCounters, BackendCounts, Batch, CountingBackend, Db, DbIter, Direction, Durability,
@@ -309,15 +309,11 @@ struct Pending {
     queued_at: Instant,
 }
 
-impl HoldsOps for Pending {
-    fn ops(&self) -> &UnitOps {
-        &self.ops
-    }
-}
-
 #[derive(Debug)]
 struct State {
-    /// Unapplied units, in seq order: the overlay ([`OverlayView`] reads it newest first).
+    /// The unapplied units' writes, read newest first.
+    overlay: Overlay,
+    /// Unapplied units, in seq order.
     queue: VecDeque<Pending>,
     /// Bytes of the units in `queue`.
     overlay_bytes: u64,
@@ -585,6 +581,7 @@ impl JournalEngine {
             Err(e) => return Err(io_err("remove spare segment", &spare)(e)),
         }
         let mut state = State {
+            overlay: Overlay::new(options.overlay_bytes_max),
             queue: VecDeque::new(),
             overlay_bytes: 0,
             durable_through: written_through,
@@ -948,6 +945,7 @@ fn push_unit(
     (segment, offset, len): (u64, u64, u64),
 ) {
     let bytes = ops.sections.byte_size();
+    state.overlay.push(seq, bytes, &ops);
     if let Some(last) = state.queue.back() {
         assert_eq!(last.seq + 1, seq, "invariant: units queue in seq order");
     }
@@ -1554,7 +1552,9 @@ impl Shared {
             let left_early = cfg!(loom_bug_overlay_leaves_before_commit);
             if left_early {
                 let mut st = self.lock_state();
-                st.queue.drain(..units.len());
+                for u in &units {
+                    st.overlay.remove(u.seq, u.bytes, &u.ops);
+                }
             }
             let applied = self.apply_units(&units)?;
             let mut st = self.lock_state();
@@ -1579,14 +1579,15 @@ impl Shared {
             // (their ops are freed after the lock is let go).
             let mut left = Vec::with_capacity(units.len());
             for u in &units {
+                let front = st
+                    .queue
+                    .pop_front()
+                    .expect("invariant: applied units queued");
+                assert_eq!(front.seq, u.seq, "invariant: units apply in seq order");
                 if !left_early {
-                    let front = st
-                        .queue
-                        .pop_front()
-                        .expect("invariant: applied units queued");
-                    assert_eq!(front.seq, u.seq, "invariant: units apply in seq order");
-                    left.push(front);
+                    st.overlay.remove(u.seq, u.bytes, &u.ops);
                 }
+                left.push(front);
                 st.overlay_bytes -= u.bytes;
                 st.bytes_since_checkpoint += u.bytes;
             }
@@ -1986,14 +1987,11 @@ impl Shared {
         &self,
         db: &str,
         keyspace: &str,
-        from_overlay: impl FnOnce(OverlayView<'_, Pending>) -> T,
+        from_overlay: impl FnOnce(&Overlay, &str) -> T,
     ) -> Result<(T, redb::ReadTransaction, Option<ReadPin<'_>>)> {
         self.poison.check(db)?;
         let mut st = self.lock_state();
-        let t = from_overlay(OverlayView {
-            units: &st.queue,
-            keyspace,
-        });
+        let t = from_overlay(&st.overlay, keyspace);
         let txn = self
             .index
             .begin_read()
@@ -2162,8 +2160,10 @@ impl Db for JournalDb {
     }
 
     fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
-        let (hits, txn, pin) = self.shared().snapshot(&self.name, &self.name, |ov| {
-            keys.iter().map(|k| ov.get(k)).collect::<Vec<OverlayHit>>()
+        let (hits, txn, pin) = self.shared().snapshot(&self.name, &self.name, |ov, ks| {
+            keys.iter()
+                .map(|k| ov.get(ks, k))
+                .collect::<Vec<OverlayHit>>()
         })?;
         let mut table = None;
         let mut out = Vec::with_capacity(keys.len());
@@ -2202,7 +2202,7 @@ impl Db for JournalDb {
         let bounds = range.as_ref_bounds();
         let (mut over, txn, pin) = self
             .shared()
-            .snapshot(&self.name, &self.name, |ov| ov.range(bounds))?;
+            .snapshot(&self.name, &self.name, |ov, ks| ov.range(ks, bounds))?;
         if direction == Direction::Reverse {
             over.reverse();
         }

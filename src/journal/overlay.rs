@@ -1,19 +1,24 @@
-//! The overlay: the units written but not yet applied to the index, read newest first.
+//! The overlay: the writes of the units not yet applied to the index, read newest first.
 //!
-//! A unit's ops stay in the order the unit holds them: the order its layout, and so the
-//! index's pointers into it, follow (ADR 0013). Beside each section the unit keeps its key
-//! order, so a read is a binary search per unapplied unit, and applying a unit is dropping
-//! it. Why not one map of every unapplied write: filling it took a third of the flush
-//! thread's CPU and emptying it an eighth of the applier's at 30k light blocks (`perf`,
-//! PERFORMANCE.md "The overlay as the units themselves"), and each entry cloned its key
-//! and value handles.
+//! Two shapes, by a unit's size:
+//! * **A large unit is kept whole** (a flush window: tens of MiB). Its ops stay in the order
+//!   the unit holds them — the order its layout, and so the index's pointers into it, follow
+//!   (ADR 0013) — and beside each section the unit keeps its key order, so a read is one
+//!   binary search in it and applying it is dropping it. Filling and emptying a map with a
+//!   window's keys took a third of the flush thread's CPU and an eighth of the applier's at
+//!   30k light blocks (`perf`, PERFORMANCE.md "The overlay as the units themselves").
+//! * **A small unit's writes go into one map per keyspace** (a consensus block: tens of
+//!   ops), key → (seq, value): its keys are few, and a read must not search one unit per
+//!   block (back to back, thousands of blocks' units wait for the applier).
 //!
-//! Invariant: within a section's key order, keys strictly increase, and of the unit's ops
-//! on one key only the last is in it (a later op in a unit overrides an earlier one, as
-//! when the unit is applied in order).
+//! Invariant: a read returns the newest unapplied write to its key: the map's entry, unless
+//! a whole unit with a higher seq writes the key. Within a section's key order, keys
+//! strictly increase, and of the unit's ops on one key only the last is in it (a later op
+//! in a unit overrides an earlier one, as when the unit is applied in order).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -152,59 +157,138 @@ impl<'a> KeyOrdered<'a> {
     }
 }
 
-/// What holds a unit's ops (the engine's queue entries).
-pub(crate) trait HoldsOps {
-    /// The unit's ops.
-    fn ops(&self) -> &UnitOps;
+/// Whole units at most, under an overlay budget (see [`Overlay::new`]). Why 64: a read
+/// searches each unit kept whole, and the overlay holds at most its budget plus one unit,
+/// so a read makes at most ~65 binary searches; with the default 128 MiB budget a unit is
+/// kept whole from 2 MiB, far below a flush window and far above a consensus block.
+pub(crate) const WHOLE_UNITS_MAX: u64 = 64;
+
+/// The unapplied units' writes.
+#[derive(Debug)]
+pub(crate) struct Overlay {
+    /// A unit of at least this many bytes (keys and values) is kept whole.
+    whole_from_bytes: u64,
+    /// Per keyspace: key → (seq of the small unit that wrote it last, value or tombstone).
+    map: HashMap<String, BTreeMap<Bytes, (u64, Option<Bytes>)>>,
+    /// The units kept whole, oldest first, with their seqs.
+    whole: VecDeque<(u64, Arc<UnitOps>)>,
 }
 
-/// One keyspace's view of the unapplied units, oldest first in `units`.
-pub(crate) struct OverlayView<'a, P> {
-    pub(crate) units: &'a VecDeque<P>,
-    pub(crate) keyspace: &'a str,
-}
-
-impl<P: HoldsOps> OverlayView<'_, P> {
-    /// The newest unapplied write to `key`: `Some(value or tombstone)`, or `None` when no
-    /// unapplied unit writes it (the index must be asked).
-    pub(crate) fn get(&self, key: &[u8]) -> Option<Option<Bytes>> {
-        self.units.iter().rev().find_map(|u| {
-            u.ops()
-                .sections_of(self.keyspace)
-                .rev()
-                .find_map(|s| s.get(key))
-                .cloned()
-        })
+impl Overlay {
+    /// An empty overlay for a budget of `budget_bytes` (`JournalOptions::overlay_bytes_max`):
+    /// a unit of at least `budget_bytes / WHOLE_UNITS_MAX` bytes is kept whole.
+    pub(crate) fn new(budget_bytes: u64) -> Self {
+        Overlay {
+            whole_from_bytes: budget_bytes / WHOLE_UNITS_MAX,
+            map: HashMap::new(),
+            whole: VecDeque::new(),
+        }
     }
 
-    /// The newest unapplied write to each key in `bounds`, in key order.
-    pub(crate) fn range(
-        &self,
-        bounds: (Bound<&[u8]>, Bound<&[u8]>),
-    ) -> Vec<(Bytes, Option<Bytes>)> {
-        let mut runs = self
-            .units
-            .iter()
-            .flat_map(|u| u.ops().sections_of(self.keyspace))
-            .map(|s| s.range(bounds).peekable())
-            .filter_map(|mut r| r.peek().is_some().then_some(r))
-            .collect::<Vec<_>>();
-        match runs.len() {
-            0 => Vec::new(),
-            // The usual case: one unit holds the keys asked for; already in key order.
-            1 => runs.pop().expect("one run").cloned().collect(),
-            _ => {
-                // Oldest first, so a newer write to a key replaces an older one.
-                let mut newest: BTreeMap<&Bytes, &Option<Bytes>> = BTreeMap::new();
-                for (k, v) in runs.into_iter().flatten() {
-                    newest.insert(k, v);
-                }
-                newest
-                    .into_iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect()
+    fn keeps_whole(&self, bytes: u64) -> bool {
+        bytes >= self.whole_from_bytes
+    }
+
+    /// Adds unit `seq` of `bytes` (its `Sections::byte_size`), newer than every unit in.
+    pub(crate) fn push(&mut self, seq: u64, bytes: u64, ops: &Arc<UnitOps>) {
+        if self.keeps_whole(bytes) {
+            self.whole.push_back((seq, ops.clone()));
+            return;
+        }
+        for (name, section) in &ops.sections.0 {
+            let map = self.map.entry(name.clone()).or_default();
+            for (k, v) in section {
+                map.insert(k.clone(), (seq, v.clone()));
             }
         }
+    }
+
+    /// Takes unit `seq` (the oldest in) out, once its index commit returned.
+    pub(crate) fn remove(&mut self, seq: u64, bytes: u64, ops: &UnitOps) {
+        if self.keeps_whole(bytes) {
+            let (oldest, _) = self
+                .whole
+                .pop_front()
+                .expect("invariant: a unit kept whole is in until applied");
+            assert_eq!(
+                oldest, seq,
+                "invariant: units leave the overlay in seq order"
+            );
+            return;
+        }
+        for (name, section) in &ops.sections.0 {
+            let map = self.map.get_mut(name).expect("keyspace in the overlay");
+            for (k, _) in section {
+                // A later unit's write to the same key stays: it is not in the index yet.
+                if map.get(k).is_some_and(|(s, _)| *s <= seq) {
+                    map.remove(k);
+                }
+            }
+        }
+    }
+
+    /// The newest unapplied write to `key` in `keyspace`: `Some(value or tombstone)`, or
+    /// `None` when no unapplied unit writes it (the index must be asked).
+    pub(crate) fn get(&self, keyspace: &str, key: &[u8]) -> Option<Option<Bytes>> {
+        let small = self.map.get(keyspace).and_then(|m| m.get(key));
+        let floor = small.map_or(0, |(seq, _)| *seq);
+        for (seq, ops) in self.whole.iter().rev() {
+            if *seq < floor {
+                break;
+            }
+            if let Some(v) = ops.sections_of(keyspace).rev().find_map(|s| s.get(key)) {
+                return Some(v.clone());
+            }
+        }
+        small.map(|(_, v)| v.clone())
+    }
+
+    /// The newest unapplied write to each key of `keyspace` in `bounds`, in key order.
+    pub(crate) fn range(
+        &self,
+        keyspace: &str,
+        bounds: (Bound<&[u8]>, Bound<&[u8]>),
+    ) -> Vec<(Bytes, Option<Bytes>)> {
+        if holds_nothing(bounds) {
+            // (`BTreeMap::range` panics on them.)
+            return Vec::new();
+        }
+        let mut newest: BTreeMap<&Bytes, (u64, &Option<Bytes>)> = self
+            .map
+            .get(keyspace)
+            .map(|m| {
+                m.range::<[u8], _>(bounds)
+                    .map(|(k, (seq, v))| (k, (*seq, v)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        // Oldest first, and a later section of one unit after an earlier: `>=` lets the
+        // newer write win (a small unit and a whole one never share a seq).
+        for (seq, ops) in &self.whole {
+            for section in ops.sections_of(keyspace) {
+                for (k, v) in section.range(bounds) {
+                    let e = newest.entry(k).or_insert((*seq, v));
+                    if *seq >= e.0 {
+                        *e = (*seq, v);
+                    }
+                }
+            }
+        }
+        newest
+            .into_iter()
+            .map(|(k, (_, v))| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+/// True when `bounds` hold no key: the start above the end, or equal with either excluded.
+fn holds_nothing((start, end): (Bound<&[u8]>, Bound<&[u8]>)) -> bool {
+    match (start, end) {
+        (Bound::Included(s), Bound::Included(e)) => s > e,
+        (Bound::Included(s) | Bound::Excluded(s), Bound::Included(e) | Bound::Excluded(e)) => {
+            s >= e
+        }
+        _ => false,
     }
 }
 
@@ -214,15 +298,8 @@ mod tests {
     use quickcheck::{Gen, QuickCheck, TestResult};
     use std::ops::RangeBounds;
 
-    struct Unit(UnitOps);
-    impl HoldsOps for Unit {
-        fn ops(&self) -> &UnitOps {
-            &self.0
-        }
-    }
-
-    /// A unit of a test: its sections, each `(keyspace "a" or "b", ops)` with ops
-    /// `(key, value; 0 = delete)`.
+    /// A unit of a test: its sections, each `(keyspace "a" when true, else "b", ops)` with
+    /// ops `(key, value; 0 = delete)`.
     type SpecUnit = Vec<(bool, Vec<(u8, u8)>)>;
 
     fn b(x: u8) -> Bytes {
@@ -230,7 +307,7 @@ mod tests {
     }
 
     /// The units of `spec`, keys taken mod 16 so they repeat.
-    fn units(spec: &[SpecUnit]) -> VecDeque<Unit> {
+    fn units(spec: &[SpecUnit]) -> Vec<Arc<UnitOps>> {
         spec.iter()
             .map(|sections| {
                 let sections = sections
@@ -243,18 +320,32 @@ mod tests {
                         (if *ks { "a" } else { "b" }.to_string(), ops)
                     })
                     .collect();
-                Unit(UnitOps::new(Sections(sections)))
+                Arc::new(UnitOps::new(Sections(sections)))
             })
             .collect()
     }
 
-    /// The oracle: every op of every unit applied in order to a map (a tombstone kept as
-    /// `None`), as the applier applies them.
-    fn model(spec: &[SpecUnit], keyspace: bool) -> BTreeMap<Bytes, Option<Bytes>> {
+    /// The overlay after every unit of `spec` went in and the first `applied` came out; a
+    /// unit of at least `whole_from` bytes is kept whole.
+    fn overlay(spec: &[SpecUnit], applied: usize, whole_from: u64) -> Overlay {
+        let us = units(spec);
+        let mut o = Overlay::new(whole_from * WHOLE_UNITS_MAX);
+        for (seq, u) in us.iter().enumerate() {
+            o.push(seq as u64 + 1, u.sections.byte_size(), u);
+        }
+        for (seq, u) in us.iter().enumerate().take(applied) {
+            o.remove(seq as u64 + 1, u.sections.byte_size(), u);
+        }
+        o
+    }
+
+    /// The oracle, from the rule alone: the unapplied units' ops applied in order to a map
+    /// (a tombstone kept as `None`).
+    fn model(spec: &[SpecUnit], applied: usize) -> BTreeMap<Bytes, Option<Bytes>> {
         let mut m = BTreeMap::new();
-        for sections in spec {
+        for sections in &spec[applied..] {
             for (ks, ops) in sections {
-                if *ks == keyspace {
+                if *ks {
                     for (k, v) in ops {
                         m.insert(b(k % 16), (*v != 0).then(|| b(*v)));
                     }
@@ -264,21 +355,23 @@ mod tests {
         m
     }
 
-    type Get = fn(&OverlayView<'_, Unit>, &[u8]) -> Option<Option<Bytes>>;
-    type Range =
-        fn(&OverlayView<'_, Unit>, (Bound<&[u8]>, Bound<&[u8]>)) -> Vec<(Bytes, Option<Bytes>)>;
+    type Get = fn(&Overlay, &[u8]) -> Option<Option<Bytes>>;
+    type Range = fn(&Overlay, (Bound<&[u8]>, Bound<&[u8]>)) -> Vec<(Bytes, Option<Bytes>)>;
 
-    /// Checks `get` and `range` over the units of `spec` against the model; `Err` names
-    /// the first disagreement.
-    fn check(spec: &[SpecUnit], lo: u8, hi: u8, get: Get, range: Range) -> Result<(), String> {
-        let q = units(spec);
-        let view = OverlayView {
-            units: &q,
-            keyspace: "a",
-        };
-        let m = model(spec, true);
+    /// Checks `get` and `range` on keyspace "a" against the model; `Err` names the first
+    /// disagreement.
+    fn check(
+        spec: &[SpecUnit],
+        applied: usize,
+        whole_from: u64,
+        (lo, hi): (u8, u8),
+        get: Get,
+        range: Range,
+    ) -> Result<(), String> {
+        let o = overlay(spec, applied, whole_from);
+        let m = model(spec, applied);
         for k in 0..16u8 {
-            if get(&view, &[k]) != m.get(&b(k)).cloned() {
+            if get(&o, &[k]) != m.get(&b(k)).cloned() {
                 return Err(format!("get {k}"));
             }
         }
@@ -295,28 +388,31 @@ mod tests {
                 .filter(|(k, _)| RangeBounds::<[u8]>::contains(&bounds, k.as_ref()))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
-            if range(&view, bounds) != want {
+            if range(&o, bounds) != want {
                 return Err(format!("range {bounds:?}"));
             }
         }
         Ok(())
     }
 
-    fn real_get(view: &OverlayView<'_, Unit>, k: &[u8]) -> Option<Option<Bytes>> {
-        view.get(k)
+    fn real_get(o: &Overlay, k: &[u8]) -> Option<Option<Bytes>> {
+        o.get("a", k)
     }
 
     fn real_range(
-        view: &OverlayView<'_, Unit>,
+        o: &Overlay,
         bounds: (Bound<&[u8]>, Bound<&[u8]>),
     ) -> Vec<(Bytes, Option<Bytes>)> {
-        view.range(bounds)
+        o.range("a", bounds)
     }
 
     #[test]
-    fn the_overlay_reads_as_the_units_applied_in_order() {
-        fn prop(spec: Vec<SpecUnit>, lo: u8, hi: u8) -> TestResult {
-            match check(&spec, lo, hi, real_get, real_range) {
+    fn the_overlay_reads_as_the_unapplied_units_applied_in_order() {
+        fn prop(spec: Vec<SpecUnit>, applied: u8, whole: u8, bounds: (u8, u8)) -> TestResult {
+            let applied = usize::from(applied) % (spec.len() + 1);
+            // Every unit kept whole, none, or some (a unit's bytes are 1 per key and value).
+            let whole_from = [0, 6, 12, 24, u64::MAX / WHOLE_UNITS_MAX][usize::from(whole) % 5];
+            match check(&spec, applied, whole_from, bounds, real_get, real_range) {
                 Ok(()) => TestResult::passed(),
                 Err(e) => TestResult::error(e),
             }
@@ -325,45 +421,52 @@ mod tests {
         // within a section, across sections and across units.
         QuickCheck::new()
             .rng(Gen::new(12))
-            .tests(2_000)
-            .quickcheck(prop as fn(Vec<SpecUnit>, u8, u8) -> TestResult);
+            .tests(3_000)
+            .quickcheck(prop as fn(Vec<SpecUnit>, u8, u8, (u8, u8)) -> TestResult);
     }
 
-    /// Negative controls: the same check rejects an overlay that answers from the oldest
-    /// unit first, and one whose ranges let an older write win.
+    /// Negative controls: the same check rejects an overlay that lets the small units' map
+    /// win over a newer whole unit, and one whose ranges let an older write win.
     #[test]
     fn the_check_rejects_an_overlay_that_lets_an_older_write_win() {
-        // Two units write key 1 (5, then 6); a third section in the second unit deletes 2
-        // after the first unit set it.
+        // Unit 1 (small: 4 bytes) sets key 1 to 5 and key 2 to 7; unit 2 (whole: 7 bytes)
+        // sets key 1 to 6, and a later section of it deletes key 2.
         let spec = vec![
             vec![(true, vec![(1, 5), (2, 7)])],
-            vec![(true, vec![(1, 6)]), (true, vec![(2, 0)])],
+            vec![(true, vec![(1, 6), (3, 3), (4, 4)]), (true, vec![(2, 0)])],
         ];
-        check(&spec, 0, 16, real_get, real_range).expect("the real overlay agrees");
-        let oldest_first: Get = |view, k| {
-            view.units.iter().find_map(|u| {
-                u.ops()
-                    .sections_of(view.keyspace)
-                    .find_map(|s| s.get(k))
-                    .cloned()
-            })
+        let whole_from = 6;
+        let o = overlay(&spec, 0, whole_from);
+        assert_eq!(o.whole.len(), 1, "the second unit is kept whole");
+        assert_eq!(
+            o.map["a"].len(),
+            2,
+            "the first unit's writes are in the map"
+        );
+        check(&spec, 0, whole_from, (0, 16), real_get, real_range).expect("the real overlay");
+        let map_first: Get = |o, k| match o.map.get("a").and_then(|m| m.get(k)) {
+            Some((_, v)) => Some(v.clone()),
+            None => o.get("a", k),
         };
         assert_eq!(
-            check(&spec, 0, 16, oldest_first, real_range),
+            check(&spec, 0, whole_from, (0, 16), map_first, real_range),
             Err("get 1".to_string())
         );
-        let older_wins: Range = |view, bounds| {
+        let older_wins: Range = |o, bounds| {
             let mut m = BTreeMap::new();
-            for u in view.units.iter().rev() {
-                for s in u.ops().sections_of(view.keyspace).rev() {
+            for (_, ops) in o.whole.iter().rev() {
+                for s in ops.sections_of("a").rev() {
                     for (k, v) in s.range(bounds) {
                         m.insert(k.clone(), v.clone());
                     }
                 }
             }
+            for (k, (_, v)) in o.map["a"].range::<[u8], _>(bounds) {
+                m.insert(k.clone(), v.clone());
+            }
             m.into_iter().collect()
         };
-        assert!(check(&spec, 0, 16, real_get, older_wins).is_err());
+        assert!(check(&spec, 0, whole_from, (0, 16), real_get, older_wins).is_err());
     }
 
     #[test]
