@@ -4,7 +4,7 @@
 //! * `writer`: the active segment and the next seq; held across a unit's append and sync,
 //!   so units reach the file, and the overlay, in seq order.
 //! * `apply`: one apply step (or checkpoint) at a time.
-//! * `state`: the queue of unapplied units (the overlay), the segment map; held only
+//! * `state`: the overlay and the queue of unapplied units, the segment map; held only
 //!   briefly, never across I/O except a redb `begin_read` (see [`Shared::snapshot`]).
 //!
 //! Invariant: the overlay holds every unit not yet applied to redb; a unit leaves it only
