@@ -1576,8 +1576,8 @@ impl Shared {
                 }
             }
             // The applied units leave the overlay only now, after their commit returned
-            // (their ops are freed after the lock is let go).
-            let mut left = Vec::with_capacity(units.len());
+            // (their ops are freed after the lock is let go: `units` holds them until this
+            // step returns).
             for u in &units {
                 let front = st
                     .queue
@@ -1587,7 +1587,6 @@ impl Shared {
                 if !left_early {
                     st.overlay.remove(u.seq, u.bytes, &u.ops);
                 }
-                left.push(front);
                 st.overlay_bytes -= u.bytes;
                 st.bytes_since_checkpoint += u.bytes;
             }
@@ -1598,7 +1597,6 @@ impl Shared {
             // leaves them waiting).
             #[cfg(not(loom_bug_no_wakeup_after_apply))]
             self.changed.notify_all();
-            drop(left);
         }
         let due = {
             let st = self.lock_state();
@@ -2202,7 +2200,7 @@ impl Db for JournalDb {
         let bounds = range.as_ref_bounds();
         let (mut over, txn, pin) = self
             .shared()
-            .snapshot(&self.name, &self.name, |ov, ks| ov.range(ks, bounds))?;
+            .snapshot(&self.name, &self.name, |ov, ks| ov.range(ks, &range))?;
         if direction == Direction::Reverse {
             over.reverse();
         }

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::unit::{Sections, UnitOp};
+use crate::db::KeyRange;
 
 /// A unit's ops, as the unit holds them, with each section's key order.
 #[derive(Debug)]
@@ -243,16 +244,13 @@ impl Overlay {
         small.map(|(_, v)| v.clone())
     }
 
-    /// The newest unapplied write to each key of `keyspace` in `bounds`, in key order.
-    pub(crate) fn range(
-        &self,
-        keyspace: &str,
-        bounds: (Bound<&[u8]>, Bound<&[u8]>),
-    ) -> Vec<(Bytes, Option<Bytes>)> {
-        if holds_nothing(bounds) {
-            // (`BTreeMap::range` panics on them.)
+    /// The newest unapplied write to each key of `keyspace` in `range`, in key order.
+    pub(crate) fn range(&self, keyspace: &str, range: &KeyRange) -> Vec<(Bytes, Option<Bytes>)> {
+        if range.is_empty() {
+            // (`BTreeMap::range` panics on inverted bounds.)
             return Vec::new();
         }
+        let bounds = range.as_ref_bounds();
         let mut newest: BTreeMap<&Bytes, (u64, &Option<Bytes>)> = self
             .map
             .get(keyspace)
@@ -281,22 +279,10 @@ impl Overlay {
     }
 }
 
-/// True when `bounds` hold no key: the start above the end, or equal with either excluded.
-fn holds_nothing((start, end): (Bound<&[u8]>, Bound<&[u8]>)) -> bool {
-    match (start, end) {
-        (Bound::Included(s), Bound::Included(e)) => s > e,
-        (Bound::Included(s) | Bound::Excluded(s), Bound::Included(e) | Bound::Excluded(e)) => {
-            s >= e
-        }
-        _ => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use quickcheck::{Gen, QuickCheck, TestResult};
-    use std::ops::RangeBounds;
 
     /// A unit of a test: its sections, each `(keyspace "a" when true, else "b", ops)` with
     /// ops `(key, value; 0 = delete)`.
@@ -356,7 +342,7 @@ mod tests {
     }
 
     type Get = fn(&Overlay, &[u8]) -> Option<Option<Bytes>>;
-    type Range = fn(&Overlay, (Bound<&[u8]>, Bound<&[u8]>)) -> Vec<(Bytes, Option<Bytes>)>;
+    type Range = fn(&Overlay, &KeyRange) -> Vec<(Bytes, Option<Bytes>)>;
 
     /// Checks `get` and `range` on keyspace "a" against the model; `Err` names the first
     /// disagreement.
@@ -376,20 +362,21 @@ mod tests {
             }
         }
         let (lo, hi) = (b(lo % 17), b(hi % 17));
-        for bounds in [
-            (Bound::Included(&lo[..]), Bound::Excluded(&hi[..])),
-            (Bound::Excluded(&lo[..]), Bound::Included(&hi[..])),
-            (Bound::Unbounded, Bound::Included(&hi[..])),
-            (Bound::Included(&lo[..]), Bound::Unbounded),
+        for (start, end) in [
+            (Bound::Included(lo.clone()), Bound::Excluded(hi.clone())),
+            (Bound::Excluded(lo.clone()), Bound::Included(hi.clone())),
+            (Bound::Unbounded, Bound::Included(hi.clone())),
+            (Bound::Included(lo.clone()), Bound::Unbounded),
             (Bound::Unbounded, Bound::Unbounded),
         ] {
+            let r = KeyRange { start, end };
             let want: Vec<_> = m
                 .iter()
-                .filter(|(k, _)| RangeBounds::<[u8]>::contains(&bounds, k.as_ref()))
+                .filter(|(k, _)| r.contains(k))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
-            if range(&o, bounds) != want {
-                return Err(format!("range {bounds:?}"));
+            if range(&o, &r) != want {
+                return Err(format!("range {r:?}"));
             }
         }
         Ok(())
@@ -399,11 +386,8 @@ mod tests {
         o.get("a", k)
     }
 
-    fn real_range(
-        o: &Overlay,
-        bounds: (Bound<&[u8]>, Bound<&[u8]>),
-    ) -> Vec<(Bytes, Option<Bytes>)> {
-        o.range("a", bounds)
+    fn real_range(o: &Overlay, r: &KeyRange) -> Vec<(Bytes, Option<Bytes>)> {
+        o.range("a", r)
     }
 
     #[test]
@@ -452,7 +436,8 @@ mod tests {
             check(&spec, 0, whole_from, (0, 16), map_first, real_range),
             Err("get 1".to_string())
         );
-        let older_wins: Range = |o, bounds| {
+        let older_wins: Range = |o, r| {
+            let bounds = r.as_ref_bounds();
             let mut m = BTreeMap::new();
             for (_, ops) in o.whole.iter().rev() {
                 for s in ops.sections_of("a").rev() {
