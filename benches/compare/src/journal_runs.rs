@@ -36,8 +36,11 @@ fn sabotage_heights() -> bool {
 
 /// `FPJ_PREPARE=0` turns prepared segments off (`JournalOptions::prepare_segments`), to
 /// measure what they change; `FPJ_SEPARATE=0` keeps block parts in the index;
-/// `FPJ_APPLY_DELAY_MS` sets `JournalOptions::apply_batch_delay`.
+/// `FPJ_APPLY_DELAY_MS` sets `JournalOptions::apply_batch_delay`; `FPJ_INDEX_CACHE_MIB`,
+/// `FPJ_CHECKPOINT_MIB` and `FPJ_OVERLAY_MIB` set `index_cache_bytes`, `checkpoint_bytes` and
+/// `overlay_bytes_max`, to measure what each changes.
 fn open(dir: &Path) -> Result<JournalEngine, String> {
+    let defaults = JournalOptions::default();
     let engine = JournalEngine::open(
         Arc::new(StdFs),
         &dir.join("journal"),
@@ -47,7 +50,14 @@ fn open(dir: &Path) -> Result<JournalEngine, String> {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .map_or(flushpoint::APPLY_BATCH_DELAY, Duration::from_millis),
-            ..JournalOptions::default()
+            index_cache_bytes: mib_from_env("FPJ_INDEX_CACHE_MIB")
+                .unwrap_or(defaults.index_cache_bytes as u64)
+                as usize,
+            checkpoint_bytes: mib_from_env("FPJ_CHECKPOINT_MIB")
+                .unwrap_or(defaults.checkpoint_bytes),
+            overlay_bytes_max: mib_from_env("FPJ_OVERLAY_MIB")
+                .unwrap_or(defaults.overlay_bytes_max),
+            ..defaults
         },
     )
     .map_err(fp_err("open journal"))?;
@@ -62,6 +72,14 @@ fn open(dir: &Path) -> Result<JournalEngine, String> {
             .map_err(fp_err("block store keyspace"))?;
     }
     Ok(engine)
+}
+
+/// A size in MiB from the environment variable `name`, in bytes.
+fn mib_from_env(name: &str) -> Option<u64> {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|mib| mib * 1024 * 1024)
 }
 
 fn durable_heights(engine: &JournalEngine) -> Result<[u64; 3], String> {
@@ -130,8 +148,10 @@ pub fn run_write(
         }
         blocks += 1;
     }
+    let loop_end = start.elapsed();
     let mut flush_points = node.deferred().flush_points;
     flush_points += u64::from(node.stop(Instant::now()).map_err(fp_err("stop"))?.is_some());
+    let stopped = start.elapsed();
     let synced = synced_of(&engine) - synced0;
     // Close the engine before the clock stops, as the redb rows close their files: apply
     // what is left and checkpoint (counted), then drop the last handle (its close finds
@@ -142,6 +162,12 @@ pub fn run_write(
     drop(engine);
     let elapsed = start.elapsed();
     on_end();
+    eprintln!(
+        "journal {mode:?}: loop {:.2} s, stop {:.2} s, checkpoint and close {:.2} s",
+        loop_end.as_secs_f64(),
+        (stopped - loop_end).as_secs_f64(),
+        (elapsed - stopped).as_secs_f64()
+    );
     eprintln!(
         "journal {mode:?}: {blocks} blocks, {syncs} syncs ({} journal sync_data, {} dir fsync, {} index sync_data), {} units, {} checkpoints, {} segments deleted",
         counts.journal_sync_data_calls,

@@ -40,11 +40,13 @@ use shape::Shape;
 use sys::ProcIo;
 
 /// The allocator of the `flushpoint` tool, for every contender alike (flushpoint, fjall and
-/// redb allocate through it; RocksDB's C++ keeps the system's). Why: the tool ships it, and
-/// the journal engine's applier frees what the block loop allocated, which glibc makes
-/// slow (PERFORMANCE.md, "The allocator").
+/// redb allocate through it; RocksDB's C++ keeps the system's): the tool's own file.
+#[path = "../../../cli/src/allocator.rs"]
+mod allocator;
+
+/// mimalloc, keeping the memory it frees (see [`allocator`]).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: allocator::Global = mimalloc::MiMalloc;
 
 /// Blocks sampled to measure the shape (covers the chain's 13-, 50- and 200-block periods).
 const SHAPE_SAMPLE_BLOCKS: u64 = 200;
@@ -678,6 +680,7 @@ fn finish(r: Result<u64, String>) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    allocator::keep_freed_memory();
     let cli = Cli::parse();
     match &cli.cmd {
         Some(Cmd::RunOne(a)) => {
