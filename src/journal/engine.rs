@@ -26,7 +26,7 @@ use redb::{
     TableHandle,
 };
 
-use super::overlay::{KeyOrdered, Overlay, UnitOps};
+use super::overlay::{KeyOrdered, NewestPerKey, Overlay, UnitOps};
 use super::unit::{self, Decoded, Header, KEYSPACE_NAME_BYTES_MAX, Layout, Sections, UnitOp};
 use crate::db::{
     BackendCounters, BackendCounts, Batch, CountingBackend, Db, DbIter, Direction, Durability,
@@ -1612,9 +1612,11 @@ impl Shared {
         Ok(())
     }
 
-    /// One redb transaction with `Durability::None` holding `units`, in seq order per key;
-    /// within a unit, each keyspace's ops go in key order (its last op per key), so the
-    /// inserts sweep the index's leaves once.
+    /// One redb transaction with `Durability::None` holding `units`, in seq order per key.
+    /// A keyspace's ops from every unit go in one key order, the newest op per key
+    /// ([`NewestPerKey`]), so the inserts sweep the index's leaves once per step; in a
+    /// separating keyspace unit by unit (each in key order), as its pointers follow each
+    /// unit's layout.
     /// In a separating keyspace a value at or above its threshold is written as a pointer
     /// to its bytes in the unit (ADR 0013), and the live bytes per segment follow every
     /// pointer written, replaced or deleted. Returns the new live bytes of each segment
@@ -1654,7 +1656,11 @@ impl Shared {
             let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(&table_name);
             let mut table = txn.open_table(def).map_err(self.failing("open table"))?;
             let Some(&from) = separated.get(name) else {
-                for (_, (k, v)) in runs.into_iter().flat_map(|(ordered, ..)| ordered.iter()) {
+                // One sweep in key order over every unit of the step, the newest op per key:
+                // the same end state as the units one after another (a crash sees neither:
+                // the transaction commits whole), with each leaf visited once.
+                let sections = runs.iter().map(|(ordered, ..)| *ordered).collect();
+                for (k, v) in NewestPerKey::new(sections) {
                     match v {
                         Some(v) => {
                             table

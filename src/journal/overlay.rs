@@ -16,7 +16,8 @@
 //! strictly increase, and of the unit's ops on one key only the last is in it (a later op
 //! in a unit overrides an earlier one, as when the unit is applied in order).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -155,6 +156,62 @@ impl<'a> KeyOrdered<'a> {
             Bound::Unbounded => true,
         });
         (lo..hi.max(lo)).map(move |i| self.nth(i).1)
+    }
+}
+
+/// Sections of one keyspace, oldest first, merged into one key order: strictly increasing
+/// keys, each with the op of the newest section that writes it — the end state of applying
+/// the sections in order. The applier inserts a step's units through it, so the index's
+/// leaves are swept once per step however many units it applies (unit by unit, each unit
+/// swept the leaves of a random-key table again, and a cache smaller than the table read
+/// and wrote them again: `perf`, PERFORMANCE.md "One sweep per apply step").
+pub(crate) struct NewestPerKey<'a> {
+    sections: Vec<KeyOrdered<'a>>,
+    /// Per section holding ops not yet given: (its next key, the section, the position).
+    next: BinaryHeap<Reverse<(&'a [u8], usize, usize)>>,
+}
+
+impl<'a> NewestPerKey<'a> {
+    /// Merges `sections`, oldest first.
+    pub(crate) fn new(sections: Vec<KeyOrdered<'a>>) -> Self {
+        let next = sections
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.len() > 0)
+            .map(|(i, s)| Reverse((&s.nth(0).1.0[..], i, 0)))
+            .collect();
+        NewestPerKey { sections, next }
+    }
+
+    /// Moves section `i` past position `at`.
+    fn advance(&mut self, i: usize, at: usize) {
+        let s = self.sections[i];
+        if at + 1 < s.len() {
+            self.next.push(Reverse((&s.nth(at + 1).1.0[..], i, at + 1)));
+        }
+    }
+}
+
+impl<'a> Iterator for NewestPerKey<'a> {
+    type Item = &'a UnitOp;
+
+    fn next(&mut self) -> Option<&'a UnitOp> {
+        let Reverse((key, mut newest, mut at)) = self.next.pop()?;
+        self.advance(newest, at);
+        // Every other section writing `key` is older or newer: the newest one's op wins.
+        while let Some(&Reverse((k, i, pos))) = self.next.peek() {
+            if k != key {
+                break;
+            }
+            self.next.pop();
+            if i > newest {
+                (newest, at) = (i, pos);
+            }
+            self.advance(i, pos);
+        }
+        let op = self.sections[newest].nth(at).1;
+        debug_assert_eq!(&op.0[..], key, "invariant: the op given is the key's");
+        Some(op)
     }
 }
 
@@ -452,6 +509,92 @@ mod tests {
             m.into_iter().collect()
         };
         assert!(check(&spec, 0, whole_from, (0, 16), real_get, older_wins).is_err());
+    }
+
+    /// The oracle for [`NewestPerKey`], from the rule alone: the sections' ops applied in
+    /// order to a map (a tombstone kept as `None`), listed in key order.
+    fn applied_in_order(sections: &[Vec<(u8, u8)>]) -> Vec<(Bytes, Option<Bytes>)> {
+        let mut m = BTreeMap::new();
+        for ops in sections {
+            for (k, v) in ops {
+                m.insert(b(k % 16), (*v != 0).then(|| b(*v)));
+            }
+        }
+        m.into_iter().collect()
+    }
+
+    /// The sections of `spec` as units of one section each, oldest first.
+    fn one_section_units(spec: &[Vec<(u8, u8)>]) -> Vec<UnitOps> {
+        spec.iter()
+            .map(|ops| {
+                let ops = ops
+                    .iter()
+                    .map(|(k, v)| (b(k % 16), (*v != 0).then(|| b(*v))))
+                    .collect();
+                UnitOps::new(Sections(vec![("a".to_string(), ops)]))
+            })
+            .collect()
+    }
+
+    /// `Err` names the first difference between `merged` and the sections applied in order.
+    fn check_merge(
+        spec: &[Vec<(u8, u8)>],
+        merged: Vec<(Bytes, Option<Bytes>)>,
+    ) -> Result<(), String> {
+        let want = applied_in_order(spec);
+        if merged == want {
+            Ok(())
+        } else {
+            Err(format!("merged {merged:?}, applied in order {want:?}"))
+        }
+    }
+
+    fn real_merge(units: &[UnitOps]) -> Vec<(Bytes, Option<Bytes>)> {
+        NewestPerKey::new(units.iter().map(|u| u.section(0)).collect())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn merged_sections_read_as_the_sections_applied_in_order() {
+        fn prop(spec: Vec<Vec<(u8, u8)>>) -> TestResult {
+            let units = one_section_units(&spec);
+            match check_merge(&spec, real_merge(&units)) {
+                Ok(()) => TestResult::passed(),
+                Err(e) => TestResult::error(e),
+            }
+        }
+        // Size 24: up to 24 sections of 24 ops over 16 keys, so keys repeat within a
+        // section and across sections, and some sections are empty.
+        QuickCheck::new()
+            .rng(Gen::new(24))
+            .tests(3_000)
+            .quickcheck(prop as fn(Vec<Vec<(u8, u8)>>) -> TestResult);
+    }
+
+    /// Negative control: the same check rejects a merge that lets the oldest section win,
+    /// and one that gives a key twice.
+    #[test]
+    fn the_merge_check_rejects_an_older_write_and_a_repeated_key() {
+        let spec = vec![vec![(1, 5), (2, 7)], vec![(1, 6), (3, 0)], vec![(2, 0)]];
+        let units = one_section_units(&spec);
+        check_merge(&spec, real_merge(&units)).expect("the real merge");
+        let oldest_wins: Vec<_> = {
+            let mut m = BTreeMap::new();
+            for ops in spec.iter().rev() {
+                for (k, v) in ops {
+                    m.insert(b(*k), (*v != 0).then(|| b(*v)));
+                }
+            }
+            m.into_iter().collect()
+        };
+        assert!(check_merge(&spec, oldest_wins).is_err());
+        let repeated: Vec<_> = units
+            .iter()
+            .flat_map(|u| u.section(0).iter())
+            .map(|(_, (k, v))| (k.clone(), v.clone()))
+            .collect();
+        assert!(check_merge(&spec, repeated).is_err());
     }
 
     #[test]
