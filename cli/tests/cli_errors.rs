@@ -30,32 +30,24 @@ fn bad_flags_exit_2_with_one_line() {
 fn a_cache_out_of_range_is_refused_before_the_home_is_created() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("h");
-    for bad in ["0", "2097152"] {
-        let o = run(&[
+    let sync = |cache: &str, more: &[&str]| {
+        let head = [
             "sync",
             "--home",
             home.to_str().unwrap(),
-            "--blocks",
-            "3",
             "--cache-mib",
-            bad,
-        ]);
+            cache,
+        ];
+        run(&[&head[..], more].concat())
+    };
+    for bad in ["0", "2097152"] {
+        let o = sync(bad, &["--blocks", "3"]);
         assert_eq!(o.status.code(), Some(2), "--cache-mib {bad}");
         assert!(one_line(&o).contains("--cache-mib"));
         assert!(!home.exists(), "--cache-mib {bad} created the home");
     }
     // In range, on a journal home: the sync runs.
-    let o = run(&[
-        "sync",
-        "--home",
-        home.to_str().unwrap(),
-        "--blocks",
-        "30",
-        "--engine",
-        "journal",
-        "--cache-mib",
-        "16",
-    ]);
+    let o = sync("16", &["--blocks", "30", "--engine", "journal"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
 

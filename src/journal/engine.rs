@@ -1657,8 +1657,10 @@ impl Shared {
             let mut table = txn.open_table(def).map_err(self.failing("open table"))?;
             let Some(&from) = separated.get(name) else {
                 // One sweep in key order over every unit of the step, the newest op per key:
-                // the same end state as the units one after another (a crash sees neither:
-                // the transaction commits whole), with each leaf visited once.
+                // the same end state as the units one after another, each leaf visited once.
+                // Crash: a cut before this step's commit leaves none of its units in the
+                // index and after it all of them (one transaction, with `applied_seq`), so
+                // no state between two units is ever durable; recovery replays the rest.
                 let sections = runs.iter().map(|(ordered, ..)| *ordered).collect();
                 for (k, v) in NewestPerKey::new(sections) {
                     match v {
