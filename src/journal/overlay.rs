@@ -511,37 +511,18 @@ mod tests {
         assert!(check(&spec, 0, whole_from, (0, 16), real_get, older_wins).is_err());
     }
 
-    /// The oracle for [`NewestPerKey`], from the rule alone: the sections' ops applied in
-    /// order to a map (a tombstone kept as `None`), listed in key order.
-    fn applied_in_order(sections: &[Vec<(u8, u8)>]) -> Vec<(Bytes, Option<Bytes>)> {
-        let mut m = BTreeMap::new();
-        for ops in sections {
-            for (k, v) in ops {
-                m.insert(b(k % 16), (*v != 0).then(|| b(*v)));
-            }
-        }
-        m.into_iter().collect()
+    /// `spec`'s sections as units of one section each in keyspace "a", oldest first.
+    fn one_section_each(spec: &[Vec<(u8, u8)>]) -> Vec<SpecUnit> {
+        spec.iter().map(|ops| vec![(true, ops.clone())]).collect()
     }
 
-    /// The sections of `spec` as units of one section each, oldest first.
-    fn one_section_units(spec: &[Vec<(u8, u8)>]) -> Vec<UnitOps> {
-        spec.iter()
-            .map(|ops| {
-                let ops = ops
-                    .iter()
-                    .map(|(k, v)| (b(k % 16), (*v != 0).then(|| b(*v))))
-                    .collect();
-                UnitOps::new(Sections(vec![("a".to_string(), ops)]))
-            })
-            .collect()
-    }
-
-    /// `Err` names the first difference between `merged` and the sections applied in order.
+    /// `Err` names the first difference between `merged` and the sections applied in order
+    /// (the oracle is the overlay's: [`model`], from the rule alone).
     fn check_merge(
         spec: &[Vec<(u8, u8)>],
         merged: Vec<(Bytes, Option<Bytes>)>,
     ) -> Result<(), String> {
-        let want = applied_in_order(spec);
+        let want: Vec<_> = model(&one_section_each(spec), 0).into_iter().collect();
         if merged == want {
             Ok(())
         } else {
@@ -549,7 +530,7 @@ mod tests {
         }
     }
 
-    fn real_merge(units: &[UnitOps]) -> Vec<(Bytes, Option<Bytes>)> {
+    fn real_merge(units: &[Arc<UnitOps>]) -> Vec<(Bytes, Option<Bytes>)> {
         NewestPerKey::new(units.iter().map(|u| u.section(0)).collect())
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
@@ -558,7 +539,7 @@ mod tests {
     #[test]
     fn merged_sections_read_as_the_sections_applied_in_order() {
         fn prop(spec: Vec<Vec<(u8, u8)>>) -> TestResult {
-            let units = one_section_units(&spec);
+            let units = units(&one_section_each(&spec));
             match check_merge(&spec, real_merge(&units)) {
                 Ok(()) => TestResult::passed(),
                 Err(e) => TestResult::error(e),
@@ -577,7 +558,7 @@ mod tests {
     #[test]
     fn the_merge_check_rejects_an_older_write_and_a_repeated_key() {
         let spec = vec![vec![(1, 5), (2, 7)], vec![(1, 6), (3, 0)], vec![(2, 0)]];
-        let units = one_section_units(&spec);
+        let units = units(&one_section_each(&spec));
         check_merge(&spec, real_merge(&units)).expect("the real merge");
         let oldest_wins: Vec<_> = {
             let mut m = BTreeMap::new();
