@@ -27,14 +27,25 @@
 //! * once every handle is dropped, segment 0 is deleted (the last reader's pin let it go),
 //!   and a reopen reads `k = v2`.
 //!
-//! Planted bugs in `src/journal/engine.rs`, each compiled in by its own cfg; with it, the
-//! tests expect loom to report a failure (`should_panic`):
+//! A second model reaches the applier's one sweep per step (ADR 0008): a plain keyspace
+//! (no values kept in the journal) and an overlay with room for two units, so that in some
+//! interleavings one apply step holds both of the writer's units, `k = v1` then `k = v2`,
+//! and merges them (`NewestPerKey`). Checked in every interleaving: the reader's reads never
+//! go back, the writer reads `v2` once its write returned, and a reopen reads `v2`; and, so
+//! that the model is not vacuous, some interleavings applied the two units in one step and
+//! some in two.
+//!
+//! Planted bugs in `src/journal/engine.rs` (and one in `src/journal/overlay.rs`), each
+//! compiled in by its own cfg; with it, the tests expect loom to report a failure
+//! (`should_panic`):
 //! * `loom_bug_unlink_ignores_pins`: the trim unlinks a doomed segment under a reader;
 //! * `loom_bug_pin_after_snapshot`: a reader pins its trim epoch after letting go of the
 //!   lock its snapshot was taken under;
 //! * `loom_bug_overlay_leaves_before_commit`: an applied unit's entries leave the overlay
 //!   before its index commit (a read in between sees the old value);
-//! * `loom_bug_no_wakeup_after_apply`: the applier does not wake writers waiting for room.
+//! * `loom_bug_no_wakeup_after_apply`: the applier does not wake writers waiting for room;
+//! * `loom_bug_merge_keeps_oldest`: a step's merge keeps the oldest op on a key, not the
+//!   newest (the merge model only: the first model never puts two units in one step).
 //!
 //! Run (prints the interleavings explored; `FLUSHPOINT_FULL=1` raises the preemption
 //! bound from 2 to 3):
@@ -251,4 +262,128 @@ fn reads_never_go_back_and_never_lose_a_segment() {
 #[cfg_attr(loom_bug_no_wakeup_after_apply, should_panic(expected = "deadlock"))]
 fn reads_never_go_back_with_prepared_segments() {
     model(true);
+}
+
+/// The merge model's options: a plain keyspace's units, one segment, an overlay with room
+/// for both units (so the applier may find two durable units at once and apply them in one
+/// step), and checkpoints only at close (the model checks the apply step, not the trim).
+fn merge_options(applier: Applier) -> JournalOptions {
+    JournalOptions {
+        segment_bytes: 1 << 20,
+        checkpoint_bytes: u64::MAX,
+        checkpoint_interval: Duration::from_secs(3600),
+        apply_batch_delay: Duration::ZERO,
+        // Room for both units: neither writer waits.
+        overlay_bytes_max: 1 << 20,
+        index_cache_bytes: 64 * 1024,
+        applier,
+        prepare_segments: false,
+    }
+}
+
+/// What the merge model's interleavings saw.
+#[derive(Default)]
+struct MergeTally {
+    executions: AtomicUsize,
+    reader_saw_v1: AtomicUsize,
+    /// Interleavings whose two units were applied in one step (and so merged).
+    one_step: AtomicUsize,
+}
+
+/// Prints the interleaving the merge model failed in.
+struct ReportMergeFailure(Arc<MergeTally>);
+
+impl Drop for ReportMergeFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            println!(
+                "loom_journal (merge): failed in interleaving {}",
+                self.0.executions.load(Ordering::SeqCst)
+            );
+        }
+    }
+}
+
+#[test]
+#[cfg_attr(loom_bug_merge_keeps_oldest, should_panic(expected = "went back"))]
+fn a_step_of_two_units_keeps_the_newest_write() {
+    let tally = Arc::new(MergeTally::default());
+    let started = std::time::Instant::now();
+    let report = ReportMergeFailure(tally.clone());
+    let t = tally.clone();
+    builder().check(move || {
+        t.executions.fetch_add(1, Ordering::SeqCst);
+        let fs = SimFs::new();
+        let dir = Path::new(DIR);
+        let engine = JournalEngine::open(
+            Arc::new(fs.clone()),
+            dir,
+            merge_options(Applier::Background),
+        )
+        .expect("open");
+        let db = engine.keyspace("state").expect("keyspace");
+        let k = Bytes::from_static(b"k");
+        let (v1, v2) = (value(1), value(2));
+        put(&*db, &k, &v1);
+
+        let reader = {
+            let (db, k, v1, v2) = (db.clone(), k.clone(), v1.clone(), v2.clone());
+            let t = t.clone();
+            loom::thread::spawn(move || {
+                let first = read(&*db, &k, &v1, &v2, "the reader");
+                let second = read(&*db, &k, &v1, &v2, "the reader");
+                assert!(
+                    first <= second,
+                    "the reader's reads went back: v{first} then v{second}"
+                );
+                if first == 1 {
+                    t.reader_saw_v1.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        };
+
+        put(&*db, &k, &v2);
+        assert_eq!(
+            read(&*db, &k, &v1, &v2, "the writer"),
+            2,
+            "the writer's read went back to the value it replaced"
+        );
+        reader.join().expect("reader");
+        // Whatever the applier left is applied here, in one more step.
+        engine.checkpoint().expect("checkpoint");
+        let c = engine.counts();
+        assert_eq!(c.units_written, 2, "one unit per synced write");
+        if c.apply_steps == 1 {
+            t.one_step.fetch_add(1, Ordering::SeqCst);
+        }
+        drop(db);
+        drop(engine);
+
+        let engine = JournalEngine::open(Arc::new(fs.clone()), dir, merge_options(Applier::Inline))
+            .expect("reopen");
+        let db = engine.keyspace("state").expect("keyspace");
+        assert_eq!(
+            read(&*db, &k, &v1, &v2, "the reopen"),
+            2,
+            "the reopen went back to v1"
+        );
+    });
+    drop(report);
+    let executions = tally.executions.load(Ordering::SeqCst);
+    let saw_v1 = tally.reader_saw_v1.load(Ordering::SeqCst);
+    let one_step = tally.one_step.load(Ordering::SeqCst);
+    println!(
+        "loom_journal (merge): {executions} interleavings, the two units applied in one step \
+         in {one_step}, the reader saw v1 in {saw_v1}; {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    // Not vacuous: both step shapes happened, and the reader raced the writer.
+    assert!(
+        one_step > 0 && one_step < executions,
+        "the two units were applied in one step in {one_step} of {executions} interleavings"
+    );
+    assert!(
+        saw_v1 > 0 && saw_v1 < executions,
+        "the reader never raced the writer"
+    );
 }

@@ -219,6 +219,9 @@ pub struct JournalCounts {
     pub journal_bytes_written: u64,
     /// Durable redb commits (checkpoints).
     pub checkpoints: u64,
+    /// Apply steps: the applier's redb transactions, each holding every durable unit not
+    /// yet applied when it began (`units_written / apply_steps` is the units per step).
+    pub apply_steps: u64,
     /// Segments deleted by trims.
     pub segments_deleted: u64,
     /// Times a writer found the unapplied units over `overlay_bytes_max` and waited (or, with
@@ -281,6 +284,7 @@ struct Counters {
     units_written: AtomicU64,
     journal_bytes_written: AtomicU64,
     checkpoints: AtomicU64,
+    apply_steps: AtomicU64,
     segments_deleted: AtomicU64,
     overlay_waits: AtomicU64,
     overlay_bytes_peak: AtomicU64,
@@ -780,6 +784,7 @@ impl JournalEngine {
             units_written: get(&c.units_written),
             journal_bytes_written: get(&c.journal_bytes_written),
             checkpoints: get(&c.checkpoints),
+            apply_steps: get(&c.apply_steps),
             segments_deleted: get(&c.segments_deleted),
             overlay_waits: get(&c.overlay_waits),
             overlay_bytes_peak: get(&c.overlay_bytes_peak),
@@ -1557,6 +1562,7 @@ impl Shared {
                 }
             }
             let applied = self.apply_units(&units)?;
+            bump(&self.counters.apply_steps, 1);
             let mut st = self.lock_state();
             for segment in applied.segments_started {
                 st.value_ranges.entry(segment).or_default();

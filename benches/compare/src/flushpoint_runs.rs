@@ -159,6 +159,10 @@ pub struct FpRunOut {
     pub blocks: u64,
     /// Time from the first block to the files closed (the last flush point included).
     pub elapsed: Duration,
+    /// Time from the first block until every block written is durable (flushpoint rows:
+    /// the stop's flush point returned), before the files' close; for the memory floor,
+    /// the stop.
+    pub durable: Duration,
     /// Real `sync_data` calls redb made on the three files in that time.
     pub syncs: u64,
     /// Batches written `Synced` over the three databases.
@@ -295,6 +299,7 @@ pub fn run_write(
     }
     let mut flush_points = node.deferred().flush_points;
     flush_points += u64::from(node.stop(Instant::now()).map_err(fp_err("stop"))?.is_some());
+    let durable = start.elapsed();
     let synced: u64 = dbs
         .counting
         .iter()
@@ -343,6 +348,7 @@ pub fn run_write(
     Ok(FpRunOut {
         blocks,
         elapsed,
+        durable,
         syncs,
         synced_batches: synced,
         flush_points,

@@ -194,6 +194,7 @@ pub fn run_write(
     Ok(FpRunOut {
         blocks,
         elapsed,
+        durable: stopped,
         syncs,
         synced_batches: synced,
         flush_points,
@@ -250,6 +251,8 @@ pub fn run_unit_per_block(
             .map_err(fp_err("commit"))?;
         blocks += 1;
     }
+    // Every unit was synced by its commit.
+    let durable = start.elapsed();
     engine.checkpoint().map_err(fp_err("checkpoint"))?;
     let syncs = all_syncs(&engine) - syncs0;
     drop(engine);
@@ -269,6 +272,7 @@ pub fn run_unit_per_block(
     Ok(crate::peers::PeerOut {
         blocks,
         elapsed,
+        durable,
         syncs,
         commits,
     })

@@ -279,6 +279,12 @@ pub struct RunReport {
     pub blocks: u64,
     /// First block to files closed, seconds.
     pub elapsed_s: f64,
+    /// First block until every block written is durable, seconds: `elapsed_s` without the
+    /// close (for flushpoint rows: the stop's flush point returned; for the journal, the
+    /// applier's backlog and the closing checkpoint come after it; for peers: the last
+    /// commit, `persist`, `flush_wal` or `fdatasync` returned).
+    #[serde(default)]
+    pub durable_s: f64,
     /// Logical bytes of those blocks (the shape's keys + values).
     pub logical_bytes: u64,
     /// Sync calls counted.
@@ -309,6 +315,7 @@ fn run_one(a: &RunOneArgs) -> RunReport {
         profile: a.profile.clone(),
         blocks: 0,
         elapsed_s: 0.0,
+        durable_s: 0.0,
         logical_bytes: 0,
         syncs: 0,
         sync_method: String::new(),
@@ -356,6 +363,7 @@ fn run_one(a: &RunOneArgs) -> RunReport {
                 )?;
                 rep.blocks = out.blocks;
                 rep.elapsed_s = out.elapsed.as_secs_f64();
+                rep.durable_s = out.durable.as_secs_f64();
                 rep.syncs = out.syncs;
                 rep.flush_points = out.flush_points;
                 rep.synced_batches = out.synced_batches;
@@ -377,6 +385,7 @@ fn run_one(a: &RunOneArgs) -> RunReport {
                 )?;
                 rep.blocks = out.blocks;
                 rep.elapsed_s = out.elapsed.as_secs_f64();
+                rep.durable_s = out.durable.as_secs_f64();
                 rep.syncs = out.syncs;
                 rep.flush_points = out.flush_points;
                 rep.synced_batches = out.synced_batches;
@@ -394,6 +403,7 @@ fn run_one(a: &RunOneArgs) -> RunReport {
                 )?;
                 rep.blocks = out.blocks;
                 rep.elapsed_s = out.elapsed.as_secs_f64();
+                rep.durable_s = out.durable.as_secs_f64();
                 rep.syncs = out.syncs;
                 rep.commit_ms = out.commits.p50_p99_ms();
                 rep.sync_method = "journal counters".into();
@@ -411,11 +421,13 @@ fn run_one(a: &RunOneArgs) -> RunReport {
                 )?;
                 rep.blocks = out.blocks;
                 rep.elapsed_s = out.elapsed.as_secs_f64();
+                rep.durable_s = out.durable.as_secs_f64();
                 rep.syncs = out.syncs;
                 rep.commit_ms = out.commits.p50_p99_ms();
                 rep.sync_method = p.sync_method().into();
             }
         }
+        check_durable_time(rep.durable_s, rep.elapsed_s)?;
         rep.io = io1.since(&io0);
         rep.logical_bytes = shape.logical_bytes(rep.blocks);
         rep.disk_bytes = sys::disk_bytes(&a.dir);
@@ -424,6 +436,18 @@ fn run_one(a: &RunOneArgs) -> RunReport {
     rep.peak_rss_bytes = sys::peak_rss_bytes();
     rep.error = r.err();
     rep
+}
+
+/// A run's clock: the blocks became durable after the first block and no later than the
+/// files closed. A row whose timer stopped elsewhere fails its run.
+fn check_durable_time(durable_s: f64, elapsed_s: f64) -> Result<(), String> {
+    if durable_s > 0.0 && durable_s <= elapsed_s {
+        Ok(())
+    } else {
+        Err(format!(
+            "durable after {durable_s:.3} s is outside (0, {elapsed_s:.3} s], the time to the files closed"
+        ))
+    }
 }
 
 fn spawn_one(
@@ -452,6 +476,7 @@ fn spawn_one(
         profile: profile.into(),
         blocks: 0,
         elapsed_s: 0.0,
+        durable_s: 0.0,
         logical_bytes: 0,
         syncs: 0,
         sync_method: String::new(),
@@ -707,5 +732,19 @@ fn main() -> ExitCode {
         Some(Cmd::Scale(a)) => finish(scale(a)),
         Some(Cmd::Prefetch(a)) => finish(prefetch_bench::run(a).map(|ok| u64::from(!ok))),
         None => finish(main_all(&cli.all)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_durable_time;
+
+    /// The durable time lies within the run; unset (0) or after the close is refused.
+    #[test]
+    fn a_durable_time_outside_the_run_is_refused() {
+        assert!(check_durable_time(3.6, 5.6).is_ok());
+        assert!(check_durable_time(5.6, 5.6).is_ok());
+        assert!(check_durable_time(0.0, 5.6).is_err(), "never set");
+        assert!(check_durable_time(5.7, 5.6).is_err(), "after the close");
     }
 }

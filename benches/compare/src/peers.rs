@@ -60,6 +60,9 @@ pub struct PeerOut {
     pub blocks: u64,
     /// First block to files closed.
     pub elapsed: Duration,
+    /// First block until every block written is durable (the last commit, `persist`,
+    /// `flush_wal` or `fdatasync` returned), before the close.
+    pub durable: Duration,
     /// Sync calls counted (see the module doc for how, per peer).
     pub syncs: u64,
     /// Each block's write-and-sync time, for the rows that sync every block (empty for the
@@ -263,6 +266,7 @@ pub fn run_peer(
             if let Some((txn, _)) = window {
                 txn.commit().map_err(s("commit"))?;
             }
+            let durable = start.elapsed();
             drop(db);
             let elapsed = start.elapsed();
             let n = syncs.load(Ordering::Relaxed) - s0;
@@ -283,6 +287,7 @@ pub fn run_peer(
             PeerOut {
                 blocks,
                 elapsed,
+                durable,
                 syncs: n,
                 commits,
             }
@@ -333,6 +338,7 @@ pub fn run_peer(
                 blocks += 1;
             }
             db.persist(PersistMode::SyncAll).map_err(s("persist"))?;
+            let durable = start.elapsed();
             n += 1;
             drop(ks);
             drop(db);
@@ -350,6 +356,7 @@ pub fn run_peer(
             PeerOut {
                 blocks,
                 elapsed,
+                durable,
                 syncs: n,
                 commits,
             }
@@ -390,6 +397,7 @@ pub fn run_peer(
                 blocks += 1;
             }
             f.sync_data().map_err(s("fdatasync"))?;
+            let durable = start.elapsed();
             n += 1;
             drop(f);
             let elapsed = start.elapsed();
@@ -404,6 +412,7 @@ pub fn run_peer(
             PeerOut {
                 blocks,
                 elapsed,
+                durable,
                 syncs: n,
                 commits,
             }
@@ -507,6 +516,7 @@ mod rocks {
             }
             db.flush_wal(true).map_err(s("flush wal"))?;
         }
+        let durable = start.elapsed();
         let n = wal_synced(&opts) - s0;
         drop(db);
         let elapsed = start.elapsed();
@@ -519,6 +529,7 @@ mod rocks {
         Ok(PeerOut {
             blocks,
             elapsed,
+            durable,
             syncs: n,
             commits,
         })

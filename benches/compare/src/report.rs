@@ -65,14 +65,16 @@ pub fn print_write_table(
 ) -> u64 {
     let rounds = loads.len();
     println!(
-        "\n## {profile} blocks: {rounds} round(s), median (min–max); ratio = blocks/s ÷ fp-deferred's in the same round"
+        "\n## {profile} blocks: {rounds} round(s), median (min–max); ratio = blocks/s ÷ fp-deferred's in the same round; \"to durable\" stops the clock when every block is durable, before the close (the journal's backlog and closing checkpoint, a peer's close, come after), and its ratio is to fpj-deferred's in the same round"
     );
     println!(
-        "| contender | crash-safe | blocks/s | ms/block | ratio to fp-deferred | syncs/block (counted by) | write amp (wchar) | write amp (disk writes) | on-disk ÷ logical | peak RSS | blocks/run |"
+        "| contender | crash-safe | blocks/s | ms/block | ratio to fp-deferred | blocks/s to durable | ratio to fpj-deferred, to durable | syncs/block (counted by) | write amp (wchar) | write amp (disk writes) | on-disk ÷ logical | peak RSS | blocks/run |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let base = cs.iter().position(|c| c.name == "fp-deferred");
+    let journal_base = cs.iter().position(|c| c.name == "fpj-deferred");
     let rate = |r: &RunReport| r.blocks as f64 / r.elapsed_s.max(1e-9);
+    let durable_rate = |r: &RunReport| r.blocks as f64 / r.durable_s.max(1e-9);
     let mut failed = 0;
     for (ci, c) in cs.iter().enumerate() {
         let rs = &runs[ci];
@@ -96,9 +98,18 @@ pub fn print_write_table(
                 .collect(),
             None => vec![],
         };
+        let durable_ratios: Vec<f64> = match journal_base {
+            Some(b) => rs
+                .iter()
+                .zip(&runs[b])
+                .filter(|(_, d)| d.error.is_none())
+                .map(|(r, d)| durable_rate(r) / durable_rate(d))
+                .collect(),
+            None => vec![],
+        };
         let logical = |r: &RunReport| r.logical_bytes.max(1) as f64;
         println!(
-            "| {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} | {:.0} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} | {:.0} |",
             c.name,
             c.crash_safe,
             spread(&per(&|r| rate(r)), 0),
@@ -107,6 +118,12 @@ pub fn print_write_table(
                 "–".into()
             } else {
                 spread(&ratios, 2)
+            },
+            spread(&per(&|r| durable_rate(r)), 0),
+            if durable_ratios.is_empty() {
+                "–".into()
+            } else {
+                spread(&durable_ratios, 2)
             },
             spread(&per(&|r| r.syncs as f64 / r.blocks.max(1) as f64), 3),
             rs.first().map_or("", |r| r.sync_method.as_str()),
