@@ -42,20 +42,25 @@ use crate::sync::{Condvar, Mutex, MutexGuard, Step, thread};
 /// is one checkpoint's worth of units, so a checkpoint can usually free a segment.
 pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 /// Applied bytes (keys and values) after which a checkpoint runs. Why this bound: it caps
-/// what an open replays (~64 MiB of units: well under a second of sequential read and
-/// redb inserts on the measured machine) and what the journal holds past redb.
+/// what an open replays beyond the unapplied units ([`OVERLAY_BYTES_MAX`]; ~64 MiB of
+/// units: well under a second of sequential read and redb inserts on the measured machine)
+/// and what the journal holds past redb.
 pub const CHECKPOINT_BYTES: u64 = 64 * 1024 * 1024;
 /// Longest time between checkpoints while units are being applied. Why this bound: a quiet
 /// node's replay on open and its journal's size stay bounded even when few bytes arrive.
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
 /// Bytes (keys and values) of unapplied units above which writers wait for the applier.
-/// Why this bound: two checkpoints' worth lets the applier drain one while writers fill
-/// the next, and keeps the overlay's memory bounded (issue 8: ≤ 2 windows + 150 MiB). A
-/// smaller overlay, or one admitting a unit only when it fits, saves memory but costs
-/// speed at scale: the applier then takes smaller batches, and each rewrites the same index
-/// leaves (measured in the seventh session: `benches/compare/PERFORMANCE.md`, "Where a
-/// journal home's memory goes").
-pub const OVERLAY_BYTES_MAX: u64 = 2 * CHECKPOINT_BYTES;
+/// Why this bound: the applier takes every durable unit in one step (ADR 0008), and at
+/// scale a step's cost is mostly its sweep of the index's leaves, which grows little with
+/// the units in it; four checkpoints' worth lets a step take about four flush windows when
+/// the applier is behind, so the leaves are swept a quarter as often. It also bounds the
+/// overlay's memory and what an open replays (at most this, one unit and a checkpoint's
+/// worth). Measured (tenth session, `benches/compare/PERFORMANCE.md`, "The index cache
+/// against the overlay"): with [`INDEX_CACHE_BYTES`] it made 300k light blocks 1.1–1.2×
+/// faster than 128 MiB with a 192 MiB cache, at the same or a lower peak RSS. A smaller
+/// overlay, or one admitting a unit only when it fits, saved memory but cost speed at
+/// scale (seventh session, "Where a journal home's memory goes").
+pub const OVERLAY_BYTES_MAX: u64 = 4 * CHECKPOINT_BYTES;
 /// How long the background applier lets a durable unit wait for others before applying it.
 /// Why this bound: each apply step is one redb commit, whose CPU cost does not shrink with
 /// the unit (measured: one commit per consensus-block unit made `fpj-unit` 0.50 ms/block
@@ -64,11 +69,17 @@ pub const OVERLAY_BYTES_MAX: u64 = 2 * CHECKPOINT_BYTES;
 pub const APPLY_BATCH_DELAY: Duration = Duration::from_millis(20);
 /// The index's file name in the journal directory.
 pub const INDEX_FILE: &str = "index.redb";
-/// redb's page cache for the index. Why this bound: the index holds the three databases a
-/// home kept in three `RedbDb`s of 64 MiB cache each; with one 64 MiB cache the applier
-/// read its pages back from the file (`perf`: `PagedCachedFile::read` among its top
-/// symbols), so it keeps their sum.
-const INDEX_CACHE_BYTES: usize = 3 * 64 * 1024 * 1024;
+/// redb's page cache for the index, in bytes. Why this bound: at scale the app state's
+/// random keys outgrow any cache a node would spare (the index passed 600 MB by 300k light
+/// blocks), so each apply step reads and writes most of the app table's leaves whatever
+/// the cache; the same memory given to the overlay ([`OVERLAY_BYTES_MAX`]) lets a step take
+/// more units, and sweep the leaves less often. Measured (tenth session, 300k light
+/// blocks, `compare run-one`, interleaved; `benches/compare/PERFORMANCE.md`, "The index
+/// cache against the overlay"): 64 MiB with a 256 MiB overlay took 38.4–43.2 s against
+/// 44.1–49.6 s for 192 MiB with 128 MiB, peak RSS 1,248–1,306 against 1,292–1,390 MiB.
+/// An embedder with memory to spare gains most by raising both (`index_cache_bytes`,
+/// `overlay_bytes_max`).
+pub const INDEX_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 const _: () = assert!(
     OVERLAY_BYTES_MAX >= CHECKPOINT_BYTES,
@@ -177,7 +188,7 @@ pub struct JournalOptions {
     pub overlay_bytes_max: u64,
     /// See [`APPLY_BATCH_DELAY`] (used by [`Applier::Background`] only).
     pub apply_batch_delay: Duration,
-    /// redb's page cache for the index, in bytes.
+    /// redb's page cache for the index, in bytes. See [`INDEX_CACHE_BYTES`].
     pub index_cache_bytes: usize,
     /// Who applies units.
     pub applier: Applier,

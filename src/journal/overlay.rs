@@ -218,8 +218,8 @@ impl<'a> Iterator for NewestPerKey<'a> {
 
 /// Whole units at most, under an overlay budget (see [`Overlay::new`]). Why 64: a read
 /// searches each unit kept whole, and the overlay holds at most its budget plus one unit,
-/// so a read makes at most ~65 binary searches; with the default 128 MiB budget a unit is
-/// kept whole from 2 MiB, far below a flush window and far above a consensus block.
+/// so a read makes at most ~65 binary searches; with the default 256 MiB budget a unit is
+/// kept whole from 4 MiB, far below a flush window and far above a consensus block.
 pub(crate) const WHOLE_UNITS_MAX: u64 = 64;
 
 /// The unapplied units' writes.

@@ -90,11 +90,12 @@ pub struct SyncArgs {
     /// the app hash is the same either way.
     #[arg(long, value_enum, default_value_t = PrefetchArg::Off)]
     pub prefetch: PrefetchArg,
-    /// Page cache of the home's storage, in MiB: a journal home's index, or a redb home's
-    /// three databases (a third each) [default: 192]. A larger cache keeps more of a large
-    /// app state in memory: block sync is faster at scale and the process holds more
-    /// (300k light blocks, journal: 58 s at 192 MiB, 41 s at 768 MiB; peak RSS 1.2 → 2.0
-    /// GiB; benches/compare/PERFORMANCE.md, "The index cache").
+    /// Page cache of the home's storage, in MiB: a journal home's index [default: 64], or
+    /// a redb home's three databases, a third each [default: 192, 64 each]. A larger cache
+    /// keeps more of a large app state in memory: block sync is faster at scale and the
+    /// process holds more (300k light blocks, journal, before the tenth session's defaults:
+    /// 58 s at 192 MiB, 41 s at 768 MiB; peak RSS 1.2 → 2.0 GiB;
+    /// benches/compare/PERFORMANCE.md, "The index cache").
     #[arg(long, value_name = "MIB")]
     pub cache_mib: Option<u64>,
 }
@@ -935,8 +936,8 @@ mod tests {
             defaults.journal.index_cache_bytes
         );
         assert_eq!(d.redb.cache_bytes, defaults.redb.cache_bytes);
-        // The flag's documented default is the engines' own.
-        assert_eq!(defaults.journal.index_cache_bytes, 192 << 20);
+        // The flag's documented defaults are the engines' own.
+        assert_eq!(defaults.journal.index_cache_bytes, 64 << 20);
         assert_eq!(defaults.redb.cache_bytes * 3, 192 << 20);
     }
 
