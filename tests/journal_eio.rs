@@ -299,6 +299,27 @@ fn run(fs: &SimFs, steps: &[Step], options: JournalOptions) -> (Outcome, Option<
 
 /// Every kind of call, on every keyspace, on a poisoned engine: each must return
 /// `Poisoned` carrying the injected EIO. Returns the first violation.
+/// How long a fault the background applier hit may take to reach the engine's poison.
+/// Why: the file system records the fault when it fails the call; the applier sets the
+/// poison only once the error has come back up its stack, and a probe in between sees a
+/// live engine (and would write to it). 5 s is far above that path, and bounds the wait
+/// when the poison is never set (which fails the run).
+const POISON_REACHES_READS_WITHIN: Duration = Duration::from_secs(5);
+
+/// Waits, reading only, until a read is refused (the poison is set); false if it never is
+/// within [`POISON_REACHES_READS_WITHIN`].
+fn poison_reached_reads(engine: &JournalEngine) -> bool {
+    let db = engine.keyspace(KEYSPACES[0]).expect("keyspace");
+    let until = Instant::now() + POISON_REACHES_READS_WITHIN;
+    while Instant::now() < until {
+        if db.get(b"unit").is_err() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    false
+}
+
 fn probe_poisoned(engine: &JournalEngine) -> Result<(), String> {
     let mut probe = Batch::new();
     probe.put(Bytes::from_static(b"probe"), Bytes::from_static(b"x"));
@@ -543,7 +564,9 @@ fn sweep(applier: Applier, seed: u64) -> (Figures, Vec<String>) {
             // Background: a fault the applier hit after the plan's last call (preparing a
             // spare segment, ADR 0008) reaches the next call, which is refused.
             None if applier == Applier::Background
-                && engine.as_ref().is_some_and(|e| probe_poisoned(e).is_ok()) =>
+                && engine
+                    .as_ref()
+                    .is_some_and(|e| poison_reached_reads(e) && probe_poisoned(e).is_ok()) =>
             {
                 (
                     "the next call".into(),
