@@ -307,17 +307,19 @@ fn run(fs: &SimFs, steps: &[Step], options: JournalOptions) -> (Outcome, Option<
 const POISON_REACHES_READS_WITHIN: Duration = Duration::from_secs(5);
 
 /// Waits, reading only, until a read is refused (the poison is set); false if it never is
-/// within [`POISON_REACHES_READS_WITHIN`].
-fn poison_reached_reads(engine: &JournalEngine) -> bool {
+/// `within` (the sweep: [`POISON_REACHES_READS_WITHIN`]).
+fn poison_reached_reads(engine: &JournalEngine, within: Duration) -> bool {
     let db = engine.keyspace(KEYSPACES[0]).expect("keyspace");
-    let until = Instant::now() + POISON_REACHES_READS_WITHIN;
-    while Instant::now() < until {
+    let until = Instant::now() + within;
+    loop {
         if db.get(b"unit").is_err() {
             return true;
         }
+        if Instant::now() >= until {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(1));
     }
-    false
 }
 
 fn probe_poisoned(engine: &JournalEngine) -> Result<(), String> {
@@ -564,9 +566,10 @@ fn sweep(applier: Applier, seed: u64) -> (Figures, Vec<String>) {
             // Background: a fault the applier hit after the plan's last call (preparing a
             // spare segment, ADR 0008) reaches the next call, which is refused.
             None if applier == Applier::Background
-                && engine
-                    .as_ref()
-                    .is_some_and(|e| poison_reached_reads(e) && probe_poisoned(e).is_ok()) =>
+                && engine.as_ref().is_some_and(|e| {
+                    poison_reached_reads(e, POISON_REACHES_READS_WITHIN)
+                        && probe_poisoned(e).is_ok()
+                }) =>
             {
                 (
                     "the next call".into(),
@@ -997,7 +1000,7 @@ fn the_checks_reject_a_lost_acknowledged_unit_a_partial_unit_and_a_live_engine()
         )
         .is_err()
     );
-    // A healthy engine fails the poison probe.
+    // A healthy engine fails the poison probe, and the wait for the poison gives up on it.
     let engine = JournalEngine::open(
         Arc::new(SimFs::new()),
         Path::new(DIR),
@@ -1005,4 +1008,23 @@ fn the_checks_reject_a_lost_acknowledged_unit_a_partial_unit_and_a_live_engine()
     )
     .unwrap();
     assert!(probe_poisoned(&engine).is_err());
+    assert!(!poison_reached_reads(&engine, Duration::from_millis(50)));
+    // A poisoned one passes both at once.
+    let fs = SimFs::new();
+    let engine = JournalEngine::open(
+        Arc::new(fs.clone()),
+        Path::new(DIR),
+        options(Applier::Inline),
+    )
+    .unwrap();
+    fs.set_fail_at(Some(fs.ops() + 1));
+    let db = engine.keyspace(KEYSPACES[0]).expect("keyspace");
+    let mut b = Batch::new();
+    b.put(Bytes::from_static(b"k"), Bytes::from_static(b"v"));
+    assert!(
+        db.write(&b, Durability::Synced).is_err(),
+        "the write hit the fault"
+    );
+    assert!(poison_reached_reads(&engine, Duration::from_millis(50)));
+    assert!(probe_poisoned(&engine).is_ok());
 }
