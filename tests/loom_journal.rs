@@ -47,6 +47,9 @@
 //! * `loom_bug_merge_keeps_oldest`: a step's merge keeps the oldest op on a key, not the
 //!   newest (the merge model only: the first model never puts two units in one step).
 //!
+//! The merge model also catches `loom_bug_overlay_leaves_before_commit` (a reader finds
+//! nothing between the units leaving the overlay and the step's commit).
+//!
 //! Run (prints the interleavings explored; `FLUSHPOINT_FULL=1` raises the preemption
 //! bound from 2 to 3):
 //! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom-journal cargo test --release
@@ -61,8 +64,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use flushpoint::{
-    Applier, Batch, Db, Durability, JournalEngine, JournalOptions, KeyspaceOptions, SimFs,
-    segment_file_name,
+    Applier, Batch, Db, Durability, JournalDb, JournalEngine, JournalOptions, KeyspaceOptions,
+    SimFs, segment_file_name,
 };
 
 const DIR: &str = "/journal";
@@ -126,11 +129,49 @@ fn read(db: &dyn Db, k: &Bytes, v1: &Bytes, v2: &Bytes, who: &str) -> u8 {
     }
 }
 
+/// The race both models run on `db`: `k = v1` (synced); then a reader reads `k` twice
+/// while the main thread writes `k = v2` (synced) and reads it back. The reader's reads
+/// never go back and the writer reads `v2`; a reader whose first read was `v1` is counted
+/// in `saw_v1`. Returns `k`, `v1` and `v2`.
+fn write_twice_beside_a_reader(
+    db: &Arc<JournalDb>,
+    saw_v1: &Arc<AtomicUsize>,
+) -> (Bytes, Bytes, Bytes) {
+    let k = Bytes::from_static(b"k");
+    let (v1, v2) = (value(1), value(2));
+    put(&**db, &k, &v1);
+
+    let reader = {
+        let (db, k, v1, v2) = (db.clone(), k.clone(), v1.clone(), v2.clone());
+        let saw_v1 = saw_v1.clone();
+        loom::thread::spawn(move || {
+            let first = read(&*db, &k, &v1, &v2, "the reader");
+            let second = read(&*db, &k, &v1, &v2, "the reader");
+            assert!(
+                first <= second,
+                "the reader's reads went back: v{first} then v{second}"
+            );
+            if first == 1 {
+                saw_v1.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
+
+    put(&**db, &k, &v2);
+    assert_eq!(
+        read(&**db, &k, &v1, &v2, "the writer"),
+        2,
+        "the writer's read went back to the value it replaced"
+    );
+    reader.join().expect("reader");
+    (k, v1, v2)
+}
+
 /// What one model's interleavings saw (its own: the two tests may run at once).
 #[derive(Default)]
 struct Tally {
     executions: AtomicUsize,
-    reader_saw_v1: AtomicUsize,
+    reader_saw_v1: Arc<AtomicUsize>,
     trimmed_while_running: AtomicUsize,
 }
 
@@ -169,33 +210,7 @@ fn model(prepare_segments: bool) {
                 KeyspaceOptions::separating_values_from(SEPARATE_FROM_BYTES),
             )
             .expect("keyspace");
-        let k = Bytes::from_static(b"k");
-        let (v1, v2) = (value(1), value(2));
-        put(&*db, &k, &v1);
-
-        let reader = {
-            let (db, k, v1, v2) = (db.clone(), k.clone(), v1.clone(), v2.clone());
-            let t = t.clone();
-            loom::thread::spawn(move || {
-                let first = read(&*db, &k, &v1, &v2, "the reader");
-                let second = read(&*db, &k, &v1, &v2, "the reader");
-                assert!(
-                    first <= second,
-                    "the reader's reads went back: v{first} then v{second}"
-                );
-                if first == 1 {
-                    t.reader_saw_v1.fetch_add(1, Ordering::SeqCst);
-                }
-            })
-        };
-
-        put(&*db, &k, &v2);
-        assert_eq!(
-            read(&*db, &k, &v1, &v2, "the writer"),
-            2,
-            "the writer read the value it replaced"
-        );
-        reader.join().expect("reader");
+        let (k, v1, v2) = write_twice_beside_a_reader(&db, &t.reader_saw_v1);
         if engine.counts().segments_deleted > 0 {
             t.trimmed_while_running.fetch_add(1, Ordering::SeqCst);
         }
@@ -285,7 +300,7 @@ fn merge_options(applier: Applier) -> JournalOptions {
 #[derive(Default)]
 struct MergeTally {
     executions: AtomicUsize,
-    reader_saw_v1: AtomicUsize,
+    reader_saw_v1: Arc<AtomicUsize>,
     /// Interleavings whose two units were applied in one step (and so merged).
     one_step: AtomicUsize,
 }
@@ -306,6 +321,10 @@ impl Drop for ReportMergeFailure {
 
 #[test]
 #[cfg_attr(loom_bug_merge_keeps_oldest, should_panic(expected = "went back"))]
+#[cfg_attr(
+    loom_bug_overlay_leaves_before_commit,
+    should_panic(expected = "the reader read nothing")
+)]
 fn a_step_of_two_units_keeps_the_newest_write() {
     let tally = Arc::new(MergeTally::default());
     let started = std::time::Instant::now();
@@ -322,33 +341,7 @@ fn a_step_of_two_units_keeps_the_newest_write() {
         )
         .expect("open");
         let db = engine.keyspace("state").expect("keyspace");
-        let k = Bytes::from_static(b"k");
-        let (v1, v2) = (value(1), value(2));
-        put(&*db, &k, &v1);
-
-        let reader = {
-            let (db, k, v1, v2) = (db.clone(), k.clone(), v1.clone(), v2.clone());
-            let t = t.clone();
-            loom::thread::spawn(move || {
-                let first = read(&*db, &k, &v1, &v2, "the reader");
-                let second = read(&*db, &k, &v1, &v2, "the reader");
-                assert!(
-                    first <= second,
-                    "the reader's reads went back: v{first} then v{second}"
-                );
-                if first == 1 {
-                    t.reader_saw_v1.fetch_add(1, Ordering::SeqCst);
-                }
-            })
-        };
-
-        put(&*db, &k, &v2);
-        assert_eq!(
-            read(&*db, &k, &v1, &v2, "the writer"),
-            2,
-            "the writer's read went back to the value it replaced"
-        );
-        reader.join().expect("reader");
+        let (k, v1, v2) = write_twice_beside_a_reader(&db, &t.reader_saw_v1);
         // Whatever the applier left is applied here, in one more step.
         engine.checkpoint().expect("checkpoint");
         let c = engine.counts();
