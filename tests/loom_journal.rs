@@ -167,23 +167,27 @@ fn write_twice_beside_a_reader(
     (k, v1, v2)
 }
 
-/// What one model's interleavings saw (its own: the two tests may run at once).
+/// What one model's interleavings saw (its own: the tests may run at once).
 #[derive(Default)]
 struct Tally {
     executions: AtomicUsize,
     reader_saw_v1: Arc<AtomicUsize>,
+    /// The first model: segment 0 was deleted while the threads ran.
     trimmed_while_running: AtomicUsize,
+    /// The merge model: the two units were applied in one step (and so merged).
+    one_step: AtomicUsize,
 }
 
-/// Prints the interleaving a failure was found in (loom panics out of `check`).
-struct ReportFailure(Arc<Tally>);
+/// Prints the interleaving a model (named) failed in (loom panics out of `check`).
+struct ReportFailure(&'static str, Arc<Tally>);
 
 impl Drop for ReportFailure {
     fn drop(&mut self) {
         if std::thread::panicking() {
             println!(
-                "loom_journal: failed in interleaving {}",
-                self.0.executions.load(Ordering::SeqCst)
+                "loom_journal ({}): failed in interleaving {}",
+                self.0,
+                self.1.executions.load(Ordering::SeqCst)
             );
         }
     }
@@ -192,7 +196,14 @@ impl Drop for ReportFailure {
 fn model(prepare_segments: bool) {
     let tally = Arc::new(Tally::default());
     let started = std::time::Instant::now();
-    let report = ReportFailure(tally.clone());
+    let report = ReportFailure(
+        if prepare_segments {
+            "prepare_segments true"
+        } else {
+            "prepare_segments false"
+        },
+        tally.clone(),
+    );
     let t = tally.clone();
     builder().check(move || {
         t.executions.fetch_add(1, Ordering::SeqCst);
@@ -296,29 +307,6 @@ fn merge_options(applier: Applier) -> JournalOptions {
     }
 }
 
-/// What the merge model's interleavings saw.
-#[derive(Default)]
-struct MergeTally {
-    executions: AtomicUsize,
-    reader_saw_v1: Arc<AtomicUsize>,
-    /// Interleavings whose two units were applied in one step (and so merged).
-    one_step: AtomicUsize,
-}
-
-/// Prints the interleaving the merge model failed in.
-struct ReportMergeFailure(Arc<MergeTally>);
-
-impl Drop for ReportMergeFailure {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            println!(
-                "loom_journal (merge): failed in interleaving {}",
-                self.0.executions.load(Ordering::SeqCst)
-            );
-        }
-    }
-}
-
 #[test]
 #[cfg_attr(loom_bug_merge_keeps_oldest, should_panic(expected = "went back"))]
 #[cfg_attr(
@@ -326,9 +314,9 @@ impl Drop for ReportMergeFailure {
     should_panic(expected = "the reader read nothing")
 )]
 fn a_step_of_two_units_keeps_the_newest_write() {
-    let tally = Arc::new(MergeTally::default());
+    let tally = Arc::new(Tally::default());
     let started = std::time::Instant::now();
-    let report = ReportMergeFailure(tally.clone());
+    let report = ReportFailure("merge", tally.clone());
     let t = tally.clone();
     builder().check(move || {
         t.executions.fetch_add(1, Ordering::SeqCst);
