@@ -33,6 +33,31 @@ fn spread(v: &[f64], prec: usize) -> String {
     }
 }
 
+/// Per round, `rate` of a run ÷ `rate` of the base row's run in the same round (rounds
+/// whose base run failed are left out); empty without a base row.
+fn ratios_to(
+    runs: &[RunReport],
+    base: Option<&[RunReport]>,
+    rate: &dyn Fn(&RunReport) -> f64,
+) -> Vec<f64> {
+    base.map_or_else(Vec::new, |base| {
+        runs.iter()
+            .zip(base)
+            .filter(|(_, d)| d.error.is_none())
+            .map(|(r, d)| rate(r) / rate(d))
+            .collect()
+    })
+}
+
+/// A ratio column's cell: median (min–max), or "–" when there is no base to divide by.
+fn ratio_cell(ratios: &[f64]) -> String {
+    if ratios.is_empty() {
+        "–".into()
+    } else {
+        spread(ratios, 2)
+    }
+}
+
 /// Prints the measured shape of one profile.
 pub fn print_shape(shape: &Shape) {
     println!(
@@ -89,24 +114,8 @@ pub fn print_write_table(
             continue;
         }
         let per = |f: &dyn Fn(&RunReport) -> f64| rs.iter().map(f).collect::<Vec<_>>();
-        let ratios: Vec<f64> = match base {
-            Some(b) => rs
-                .iter()
-                .zip(&runs[b])
-                .filter(|(_, d)| d.error.is_none())
-                .map(|(r, d)| rate(r) / rate(d))
-                .collect(),
-            None => vec![],
-        };
-        let durable_ratios: Vec<f64> = match journal_base {
-            Some(b) => rs
-                .iter()
-                .zip(&runs[b])
-                .filter(|(_, d)| d.error.is_none())
-                .map(|(r, d)| durable_rate(r) / durable_rate(d))
-                .collect(),
-            None => vec![],
-        };
+        let ratios = ratios_to(rs, base.map(|b| &runs[b][..]), &rate);
+        let durable_ratios = ratios_to(rs, journal_base.map(|b| &runs[b][..]), &durable_rate);
         let logical = |r: &RunReport| r.logical_bytes.max(1) as f64;
         println!(
             "| {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} | {:.0} |",
@@ -114,17 +123,9 @@ pub fn print_write_table(
             c.crash_safe,
             spread(&per(&|r| rate(r)), 0),
             spread(&per(&|r| 1e3 / rate(r)), 3),
-            if ratios.is_empty() {
-                "–".into()
-            } else {
-                spread(&ratios, 2)
-            },
+            ratio_cell(&ratios),
             spread(&per(&|r| durable_rate(r)), 0),
-            if durable_ratios.is_empty() {
-                "–".into()
-            } else {
-                spread(&durable_ratios, 2)
-            },
+            ratio_cell(&durable_ratios),
             spread(&per(&|r| r.syncs as f64 / r.blocks.max(1) as f64), 3),
             rs.first().map_or("", |r| r.sync_method.as_str()),
             spread(&per(&|r| r.io.wchar as f64 / logical(r)), 2),
@@ -183,11 +184,7 @@ pub fn print_commit_table(profile: &str, cs: &[Contender], runs: &[Vec<RunReport
             c.name,
             spread(&times.iter().map(|t| t.0).collect::<Vec<_>>(), 3),
             spread(&times.iter().map(|t| t.1).collect::<Vec<_>>(), 3),
-            if ratios.is_empty() {
-                "–".into()
-            } else {
-                spread(&ratios, 2)
-            },
+            ratio_cell(&ratios),
         );
     }
 }
