@@ -19,11 +19,12 @@
 //! nothing. Prefetch sessions rely on it (ADR 0010): a value read after `generation()`
 //! returned `g` is stale only if `written_since(key, g)`.
 
-use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use hashbrown::{HashTable, hash_table};
 
 use crate::db::{
     Batch, Db, DbIter, Direction, Durability, Entry, EntryRef, KeyRange, Op, UnitMember,
@@ -115,56 +116,73 @@ pub struct HeldWrite {
 ///
 /// Hashed, not ordered: a held write or point read is one hash probe, where an ordered map
 /// walks a B-tree of up to [`crate::FLUSH_BYTES_MAX`] of keys (several cache misses and key
-/// comparisons per write, on the block loop's thread). Key order — for ranges and for
-/// writing the window in key order — is built on demand by [`KeyOrder`].
+/// comparisons per write, on the block loop's thread). Each key is kept once, in `entries`;
+/// the hash index and the key order hold positions in it (4 bytes each), so a held write
+/// clones its key once, and a flush walks the entries in key order without a hash lookup
+/// per key. Key order — for ranges and for writing the window in key order — is settled on
+/// demand ([`Overlay::sorted_positions`]).
 #[derive(Debug, Default)]
 struct Overlay {
-    /// key → Some(value) for a held put, None for a held delete.
-    map: HashMap<Bytes, Option<Bytes>>,
-    /// The same keys in order, settled on demand. Invariant: `sorted ∪ added` is exactly
-    /// the key set of `map`, without duplicates.
-    order: Mutex<KeyOrder>,
+    /// The held entries, a key at most once, in the order their keys were first written:
+    /// `(key, Some(value))` a held put, `(key, None)` a held delete.
+    entries: Vec<(Bytes, Option<Bytes>)>,
+    /// Every position in `entries`, found by its key's hash.
+    index: HashTable<u32>,
+    /// Seeded per process (SipHash): block content chooses app keys, so the index must not
+    /// be open to keys crafted to collide.
+    hasher: RandomState,
+    /// Positions in key order as of the last range or flush. Invariant: a key-ordered
+    /// permutation of `0..n` for some `n <= entries.len()`; positions `n..` are the keys
+    /// added since (new keys only append). Shared: a flush writes from it, and a range reads
+    /// it, without holding the lock or copying it.
+    sorted: Mutex<Arc<Vec<u32>>>,
     held_bytes: u64,
-}
-
-/// The keys of an overlay in order: `sorted` as of the last range or flush, `added` the
-/// keys inserted since. Settling sorts `added` alone and merges it in (linear in the keys),
-/// so ranges between writes do not re-sort the window. `sorted` is shared: a flush writes
-/// from it, and a range reads it, without holding the lock or copying the keys.
-#[derive(Debug, Default, Clone)]
-struct KeyOrder {
-    sorted: Arc<Vec<Bytes>>,
-    added: Vec<Bytes>,
-}
-
-impl KeyOrder {
-    /// Merges `added` into `sorted`; returns the ordered keys.
-    fn settle(&mut self) -> Arc<Vec<Bytes>> {
-        if !self.added.is_empty() {
-            let mut added = std::mem::take(&mut self.added);
-            added.sort_unstable();
-            let old = std::mem::take(&mut self.sorted);
-            let old = Arc::try_unwrap(old).unwrap_or_else(|shared| (*shared).clone());
-            self.sorted = Arc::new(if old.is_empty() {
-                added
-            } else {
-                let mut merged = Vec::with_capacity(old.len() + added.len());
-                let (mut a, mut b) = (old.into_iter().peekable(), added.into_iter().peekable());
-                while let (Some(x), Some(y)) = (a.peek(), b.peek()) {
-                    // No key is in both: `added` holds only keys new to the map.
-                    merged.push(if x < y { a.next() } else { b.next() }.expect("peeked"));
-                }
-                merged.extend(a);
-                merged.extend(b);
-                merged
-            });
-        }
-        self.sorted.clone()
-    }
 }
 
 fn entry_bytes(k: &Bytes, v: &Option<Bytes>) -> u64 {
     (k.len() + v.as_ref().map_or(0, |v| v.len())) as u64
+}
+
+/// A key's first 16 bytes, big-endian, zero-padded: `key_prefix(a) < key_prefix(b)` implies
+/// `a < b` (a shorter key pads with zeros, and is below any longer key it begins). Sorting
+/// on it compares integers held in the sorted array instead of following each key's
+/// pointer; only keys with equal prefixes are compared whole. Sixteen bytes cover the
+/// block store's keys (kind, height, part index) and the app's hashed keys.
+fn key_prefix(key: &[u8]) -> u128 {
+    let mut b = [0u8; 16];
+    let n = key.len().min(16);
+    b[..n].copy_from_slice(&key[..n]);
+    u128::from_be_bytes(b)
+}
+
+/// The positions `from..entries.len()` in key order (their keys are distinct).
+fn key_ordered(entries: &[(Bytes, Option<Bytes>)], from: usize) -> Vec<u32> {
+    let mut keyed: Vec<(u128, u32)> = (from..entries.len())
+        .map(|i| (key_prefix(&entries[i].0), position(i)))
+        .collect();
+    keyed.sort_unstable_by_key(|&(prefix, _)| prefix);
+    let whole_key = |p: &(u128, u32)| &entries[p.1 as usize].0;
+    let mut run = 0;
+    while run < keyed.len() {
+        let end = run + keyed[run..].partition_point(|p| p.0 == keyed[run].0);
+        if end - run > 1 {
+            keyed[run..end].sort_unstable_by(|a, b| whole_key(a).cmp(whole_key(b)));
+        }
+        run = end;
+    }
+    debug_assert!(
+        keyed
+            .windows(2)
+            .all(|w| whole_key(&w[0]) < whole_key(&w[1])),
+        "invariant: settled keys strictly increase"
+    );
+    keyed.into_iter().map(|(_, i)| i).collect()
+}
+
+/// `i` as a position in a window.
+fn position(i: usize) -> u32 {
+    u32::try_from(i)
+        .expect("invariant: a window holds under 2^32 keys (it is flushed at FLUSH_BYTES_MAX)")
 }
 
 impl Overlay {
@@ -172,34 +190,102 @@ impl Overlay {
     /// grows to about the same size, so it is not rehashed on the block loop's thread).
     fn with_capacity(keys: usize) -> Overlay {
         Overlay {
-            map: HashMap::with_capacity(keys),
-            order: Mutex::new(KeyOrder::default()),
+            entries: Vec::with_capacity(keys),
+            index: HashTable::with_capacity(keys),
+            hasher: RandomState::new(),
+            sorted: Mutex::default(),
             held_bytes: 0,
         }
     }
 
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The held write to `key`: `Some(Some(v))` a put, `Some(None)` a delete.
+    fn get(&self, key: &[u8]) -> Option<&Option<Bytes>> {
+        let hash = self.hasher.hash_one(key);
+        self.index
+            .find(hash, |&i| self.entries[i as usize].0 == key)
+            .map(|&i| &self.entries[i as usize].1)
+    }
+
     fn apply(&mut self, op: &Op) {
         let (k, v) = match op {
-            Op::Put(k, v) => (k.clone(), Some(v.clone())),
-            Op::Delete(k) => (k.clone(), None),
+            Op::Put(k, v) => (k, Some(v.clone())),
+            Op::Delete(k) => (k, None),
         };
-        let add = entry_bytes(&k, &v);
-        match self.map.insert(k.clone(), v) {
-            Some(old) => self.held_bytes -= entry_bytes(&k, &old),
-            None => self.order.get_mut().expect("order lock").added.push(k),
+        self.put(k, v);
+    }
+
+    /// Holds `value` for `key` (`None`: a delete), replacing what the window held for it.
+    fn put(&mut self, key: &Bytes, value: Option<Bytes>) {
+        let add = entry_bytes(key, &value);
+        let hash = self.hasher.hash_one(&key[..]);
+        let entries = &mut self.entries;
+        let hasher = &self.hasher;
+        match self.index.entry(
+            hash,
+            |&i| entries[i as usize].0 == key,
+            |&i| hasher.hash_one(&entries[i as usize].0[..]),
+        ) {
+            hash_table::Entry::Occupied(at) => {
+                let held = &mut entries[*at.get() as usize];
+                self.held_bytes -= entry_bytes(&held.0, &held.1);
+                held.1 = value;
+            }
+            hash_table::Entry::Vacant(at) => {
+                at.insert(position(entries.len()));
+                entries.push((key.clone(), value));
+            }
         }
         self.held_bytes += add;
     }
 
-    /// The keys in order (settled now if writes came since the last time).
-    fn sorted_keys(&self) -> Arc<Vec<Bytes>> {
-        self.order.lock().expect("order lock").settle()
+    /// The positions in key order (settled now if keys came since the last time): sorts the
+    /// new keys alone and merges them in (linear in the keys), so ranges between writes do
+    /// not re-sort the window.
+    fn sorted_positions(&self) -> Arc<Vec<u32>> {
+        let mut sorted = self.sorted.lock().expect("order lock");
+        let from = sorted.len();
+        if from < self.entries.len() {
+            let added = key_ordered(&self.entries, from);
+            let old = Arc::try_unwrap(std::mem::take(&mut *sorted))
+                .unwrap_or_else(|shared| (*shared).clone());
+            *sorted = Arc::new(if old.is_empty() {
+                added
+            } else {
+                let key = |i: u32| &self.entries[i as usize].0;
+                let mut merged = Vec::with_capacity(old.len() + added.len());
+                let (mut a, mut b) = (old.into_iter().peekable(), added.into_iter().peekable());
+                while let (Some(&x), Some(&y)) = (a.peek(), b.peek()) {
+                    // No key is in both: the added positions hold only keys new to the window.
+                    merged.push(if key(x) < key(y) { a.next() } else { b.next() }.expect("peeked"));
+                }
+                merged.extend(a);
+                merged.extend(b);
+                merged
+            });
+        }
+        sorted.clone()
+    }
+
+    /// The entry at position `i`.
+    fn entry(&self, i: u32) -> EntryRef<'_> {
+        let (k, v) = &self.entries[i as usize];
+        (k, v.as_ref())
     }
 
     fn duplicate(&self) -> Overlay {
         Overlay {
-            map: self.map.clone(),
-            order: Mutex::new(self.order.lock().expect("order lock").clone()),
+            entries: self.entries.clone(),
+            index: self.index.clone(),
+            hasher: self.hasher.clone(),
+            sorted: Mutex::new(self.sorted.lock().expect("order lock").clone()),
             held_bytes: self.held_bytes,
         }
     }
@@ -262,8 +348,8 @@ impl<D: Db> HoldingDb<D> {
     pub fn stop_holding(&self) -> Result<()> {
         self.poison.check(self.inner.name())?;
         let mut h = self.held.write().expect("held lock");
-        if !h.active.map.is_empty() || h.frozen.is_some() {
-            let keys = h.active.map.len() + h.frozen.as_ref().map_or(0, |f| f.map.len());
+        if !h.active.is_empty() || h.frozen.is_some() {
+            let keys = h.active.len() + h.frozen.as_ref().map_or(0, |f| f.len());
             return Err(Error::Contract {
                 what: "keys held at HoldingDb::stop_holding (write them first)",
                 expected: 0,
@@ -296,7 +382,7 @@ impl<D: Db> HoldingDb<D> {
 
     /// Keys held in the open overlay.
     pub fn held_keys(&self) -> usize {
-        self.held.read().expect("held lock").active.map.len()
+        self.held.read().expect("held lock").active.len()
     }
 
     /// True once a write failed.
@@ -327,12 +413,8 @@ impl<D: Db> HoldingDb<D> {
         };
         let window = Arc::try_unwrap(window).unwrap_or_else(|shared| shared.duplicate());
         let newer = std::mem::replace(&mut h.active, window);
-        for (k, v) in newer.map {
-            let op = match v {
-                Some(v) => Op::Put(k, v),
-                None => Op::Delete(k),
-            };
-            h.active.apply(&op);
+        for (k, v) in newer.entries {
+            h.active.put(&k, v);
         }
     }
 
@@ -353,13 +435,13 @@ impl<D: Db> HoldingDb<D> {
                 self.inner.name()
             )));
         }
-        if h.active.map.is_empty() {
+        if h.active.is_empty() {
             return Ok(HeldWrite::default());
         }
-        let keys = h.active.map.len();
+        let keys = h.active.len();
         let window = std::mem::replace(&mut h.active, Overlay::with_capacity(keys));
         let frozen = HeldWrite {
-            ops: window.map.len() as u64,
+            ops: window.len() as u64,
             bytes: window.held_bytes,
         };
         h.frozen = Some(Arc::new(window));
@@ -380,8 +462,8 @@ impl<D: Db> HoldingDb<D> {
         // In key order (the B-tree beneath takes sorted inserts fastest; a range over the
         // frozen window later finds the order settled), straight from the window: no batch
         // is built, no key or value copied.
-        let keys = window.sorted_keys();
-        let mut entries = keys.iter().map(|k| (k, window.map[k].as_ref()));
+        let keys = window.sorted_positions();
+        let mut entries = keys.iter().map(|&i| window.entry(i));
         if let Err(e) = self.inner.write_entries(&mut entries, Durability::Synced) {
             self.poison.set(&e);
             return Err(e);
@@ -410,7 +492,7 @@ impl<D: Db> HoldingDb<D> {
         let Some(window) = self.held.read().expect("held lock").frozen.clone() else {
             return Ok(None);
         };
-        let keys = window.sorted_keys();
+        let keys = window.sorted_positions();
         Ok(Some(FrozenWindow { window, keys }))
     }
 
@@ -452,9 +534,9 @@ impl<D: Db> HoldingDb<D> {
             let h = self.held.read().expect("held lock");
             for (i, key) in keys.iter().enumerate() {
                 let held = open
-                    .then(|| h.active.map.get(*key))
+                    .then(|| h.active.get(key))
                     .flatten()
-                    .or_else(|| h.frozen.as_ref().and_then(|f| f.map.get(*key)));
+                    .or_else(|| h.frozen.as_ref().and_then(|f| f.get(key)));
                 match held {
                     Some(v) => out.push(v.clone()),
                     None => {
@@ -493,23 +575,24 @@ impl<D: Db> HoldingDb<D> {
 
 /// The entries of `o` in `range`, in `direction` order.
 fn held_range(o: &Overlay, range: &KeyRange, direction: Direction) -> Vec<(Bytes, Option<Bytes>)> {
-    if o.map.is_empty() {
+    if o.is_empty() {
         return Vec::new();
     }
-    let keys = o.sorted_keys();
+    let positions = o.sorted_positions();
+    let key = |i: u32| o.entries[i as usize].0.as_ref();
     let (start, end) = range.as_ref_bounds();
     let lo = match start {
-        Bound::Included(s) => keys.partition_point(|k| k.as_ref() < s),
-        Bound::Excluded(s) => keys.partition_point(|k| k.as_ref() <= s),
+        Bound::Included(s) => positions.partition_point(|&i| key(i) < s),
+        Bound::Excluded(s) => positions.partition_point(|&i| key(i) <= s),
         Bound::Unbounded => 0,
     };
     let hi = match end {
-        Bound::Included(e) => keys.partition_point(|k| k.as_ref() <= e),
-        Bound::Excluded(e) => keys.partition_point(|k| k.as_ref() < e),
-        Bound::Unbounded => keys.len(),
+        Bound::Included(e) => positions.partition_point(|&i| key(i) <= e),
+        Bound::Excluded(e) => positions.partition_point(|&i| key(i) < e),
+        Bound::Unbounded => positions.len(),
     };
-    let slice = &keys[lo..hi.max(lo)];
-    let entry = |k: &Bytes| (k.clone(), o.map[k].clone());
+    let slice = &positions[lo..hi.max(lo)];
+    let entry = |&i: &u32| o.entries[i as usize].clone();
     match direction {
         Direction::Forward => slice.iter().map(entry).collect(),
         Direction::Reverse => slice.iter().rev().map(entry).collect(),
@@ -558,10 +641,10 @@ impl<D: Db> Db for HoldingDb<D> {
         self.poison.check(self.inner.name())?;
         {
             let h = self.held.read().expect("held lock");
-            if let Some(v) = h.active.map.get(key) {
+            if let Some(v) = h.active.get(key) {
                 return Ok(v.clone());
             }
-            if let Some(v) = h.frozen.as_ref().and_then(|f| f.map.get(key)) {
+            if let Some(v) = h.frozen.as_ref().and_then(|f| f.get(key)) {
                 return Ok(v.clone());
             }
         }
@@ -684,14 +767,15 @@ pub trait HeldStore: Send + Sync + std::fmt::Debug {
 #[derive(Debug, Clone)]
 pub struct FrozenWindow {
     window: Arc<Overlay>,
-    keys: Arc<Vec<Bytes>>,
+    /// The window's positions in key order.
+    keys: Arc<Vec<u32>>,
 }
 
 impl FrozenWindow {
     /// The window's entries in key order: `(key, Some(value))` a put, `(key, None)` a
     /// delete.
     pub fn entries(&self) -> impl Iterator<Item = EntryRef<'_>> + '_ {
-        self.keys.iter().map(|k| (k, self.window.map[k].as_ref()))
+        self.keys.iter().map(|&i| self.window.entry(i))
     }
 
     /// Its ops and key and value bytes.
@@ -953,6 +1037,57 @@ mod tests {
         assert!(d.is_poisoned());
         assert_eq!(d.frozen_bytes(), 2, "the window is kept");
         assert!(matches!(d.get(b"k"), Err(Error::Poisoned { .. })));
+    }
+
+    /// The window's key order is the bytes' order, for keys that tie on their first 16
+    /// bytes, keys that begin others, zero bytes and empty keys: checked against a plain
+    /// sort of the same keys, written independently of the prefix sort.
+    #[test]
+    fn settled_positions_follow_the_keys_byte_order() {
+        fn check(raw: Vec<Vec<u8>>) -> bool {
+            let mut o = Overlay::default();
+            // Keys from a small alphabet that share long prefixes, some longer than 16 bytes.
+            let keys: Vec<Bytes> = raw
+                .into_iter()
+                .map(|k| {
+                    let mut key = vec![7u8; k.first().map_or(0, |n| usize::from(n % 24))];
+                    key.extend(k.iter().map(|b| b % 3));
+                    Bytes::from(key)
+                })
+                .collect();
+            for (n, k) in keys.iter().enumerate() {
+                o.put(k, (n % 2 == 0).then(|| Bytes::from_static(b"v")));
+                if n % 7 == 3 {
+                    // A range between writes settles part of the window: the rest merges in.
+                    o.sorted_positions();
+                }
+            }
+            let mut want: Vec<&[u8]> = keys.iter().map(|k| k.as_ref()).collect();
+            want.sort();
+            want.dedup();
+            let got: Vec<&[u8]> = o
+                .sorted_positions()
+                .iter()
+                .map(|&i| o.entries[i as usize].0.as_ref())
+                .collect();
+            got == want
+        }
+        quickcheck::QuickCheck::new()
+            .tests(500)
+            .quickcheck(check as fn(Vec<Vec<u8>>) -> bool);
+        // A fixed case: two keys that tie on their first 16 bytes, written in reverse order.
+        let a = Bytes::from(vec![1u8; 17]);
+        let mut b = vec![1u8; 17];
+        b[16] = 2;
+        let mut o = Overlay::default();
+        o.put(&Bytes::from(b), None);
+        o.put(&a, None);
+        assert_eq!(
+            *o.sorted_positions(),
+            vec![1, 0],
+            "the shorter-valued key sorts first"
+        );
+        assert_ne!(*o.sorted_positions(), vec![0, 1]);
     }
 
     /// A database reporting a fixed on-disk size, to see it pass through.
