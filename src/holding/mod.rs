@@ -128,7 +128,7 @@ struct Overlay {
     entries: Vec<(Bytes, Option<Bytes>)>,
     /// Every position in `entries`, found by its key's hash.
     index: HashTable<u32>,
-    /// Seeded per process (SipHash): block content chooses app keys, so the index must not
+    /// std's randomly keyed SipHash: block content chooses app keys, so the index must not
     /// be open to keys crafted to collide.
     hasher: RandomState,
     /// Positions in key order as of the last range or flush. Invariant: a key-ordered
