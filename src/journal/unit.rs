@@ -148,6 +148,7 @@ pub(crate) fn encode_in_chunks<E>(
         chunk_bytes,
         written: 0,
         body_crc: crc32fast::Hasher::new(),
+        crc_from: 0,
         write,
     };
     Some(out.unit(seq, synced_through, sections, body_len).map(|()| {
@@ -163,6 +164,10 @@ struct Chunks<W> {
     /// Bytes handed to `write` so far.
     written: u64,
     body_crc: crc32fast::Hasher,
+    /// Where the body bytes of `buf` not yet in `body_crc` begin: the crc32 is taken over
+    /// whole chunks, not per piece (a piece is often a 1-byte tag or a 4-byte length, and
+    /// crc32fast's fast path wants long slices).
+    crc_from: usize,
     write: W,
 }
 
@@ -173,7 +178,6 @@ impl<E, W: FnMut(&[u8]) -> Result<(), E>> Chunks<W> {
     }
 
     fn body(&mut self, bytes: &[u8]) -> Result<(), E> {
-        self.body_crc.update(bytes);
         self.buf.extend_from_slice(bytes);
         if self.buf.len() >= self.chunk_bytes {
             self.flush()?;
@@ -181,11 +185,19 @@ impl<E, W: FnMut(&[u8]) -> Result<(), E>> Chunks<W> {
         Ok(())
     }
 
+    /// Takes the body bytes buffered since the last call into the crc32.
+    fn crc_body_so_far(&mut self) {
+        self.body_crc.update(&self.buf[self.crc_from..]);
+        self.crc_from = self.buf.len();
+    }
+
     fn flush(&mut self) -> Result<(), E> {
+        self.crc_body_so_far();
         if !self.buf.is_empty() {
             (self.write)(&self.buf)?;
             self.written += self.buf.len() as u64;
             self.buf.clear();
+            self.crc_from = 0;
         }
         Ok(())
     }
@@ -208,6 +220,7 @@ impl<E, W: FnMut(&[u8]) -> Result<(), E>> Chunks<W> {
         header.extend_from_slice(&header_crc.to_le_bytes());
         debug_assert_eq!(header.len(), HEADER_BYTES);
         self.buf.extend_from_slice(&header);
+        self.crc_from = self.buf.len();
         self.body(&(sections.0.len() as u32).to_le_bytes())?;
         let mut layout = Layout::new();
         for (name, ops) in &sections.0 {
@@ -233,8 +246,11 @@ impl<E, W: FnMut(&[u8]) -> Result<(), E>> Chunks<W> {
             }
         }
         debug_assert_eq!(self.at(), (HEADER_BYTES as u64) + u64::from(body_len));
+        self.crc_body_so_far();
         let body_crc = std::mem::take(&mut self.body_crc).finalize();
         self.buf.extend_from_slice(&body_crc.to_le_bytes());
+        // The trailer is not body: nothing after it goes into a crc.
+        self.crc_from = self.buf.len();
         self.flush()
     }
 }
