@@ -259,12 +259,18 @@ impl Overlay {
             *sorted = Arc::new(if old.is_empty() {
                 added
             } else {
-                let key = |i: u32| &self.entries[i as usize].0;
                 let mut merged = Vec::with_capacity(old.len() + added.len());
                 let (mut a, mut b) = (old.into_iter().peekable(), added.into_iter().peekable());
                 while let (Some(&x), Some(&y)) = (a.peek(), b.peek()) {
                     // No key is in both: the added positions hold only keys new to the window.
-                    merged.push(if key(x) < key(y) { a.next() } else { b.next() }.expect("peeked"));
+                    merged.push(
+                        if self.key(x) < self.key(y) {
+                            a.next()
+                        } else {
+                            b.next()
+                        }
+                        .expect("peeked"),
+                    );
                 }
                 merged.extend(a);
                 merged.extend(b);
@@ -272,6 +278,11 @@ impl Overlay {
             });
         }
         sorted.clone()
+    }
+
+    /// The key at position `i`.
+    fn key(&self, i: u32) -> &[u8] {
+        &self.entries[i as usize].0
     }
 
     /// The entry at position `i`.
@@ -579,16 +590,15 @@ fn held_range(o: &Overlay, range: &KeyRange, direction: Direction) -> Vec<(Bytes
         return Vec::new();
     }
     let positions = o.sorted_positions();
-    let key = |i: u32| o.entries[i as usize].0.as_ref();
     let (start, end) = range.as_ref_bounds();
     let lo = match start {
-        Bound::Included(s) => positions.partition_point(|&i| key(i) < s),
-        Bound::Excluded(s) => positions.partition_point(|&i| key(i) <= s),
+        Bound::Included(s) => positions.partition_point(|&i| o.key(i) < s),
+        Bound::Excluded(s) => positions.partition_point(|&i| o.key(i) <= s),
         Bound::Unbounded => 0,
     };
     let hi = match end {
-        Bound::Included(e) => positions.partition_point(|&i| key(i) <= e),
-        Bound::Excluded(e) => positions.partition_point(|&i| key(i) < e),
+        Bound::Included(e) => positions.partition_point(|&i| o.key(i) <= e),
+        Bound::Excluded(e) => positions.partition_point(|&i| o.key(i) < e),
         Bound::Unbounded => positions.len(),
     };
     let slice = &positions[lo..hi.max(lo)];
