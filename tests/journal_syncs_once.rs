@@ -6,8 +6,8 @@
 //! when redb grows the file (seen here when a commit creates two new tables), counted apart
 //! in `JournalCounts::index` and left out of the journal's count. The spare segment
 //! (`spare.segment`, prepared segments: zeros written and synced ahead) is synced when it is
-//! prepared — by the roll itself when none is ready, else by the background applier off any
-//! unit's path — and counted apart too.
+//! prepared — by the open of a new journal, by the background applier off any unit's path,
+//! or by a roll itself when none is ready — and counted apart too.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -50,15 +50,33 @@ fn one_synced_unit_is_one_sync_data_on_its_segment() {
         let blocks = engine.keyspace("blocks").unwrap();
         let segment = Path::new(DIR).join(segment_file_name(0));
 
-        // The first unit creates segment 0 — a spare prepared (no applier step has run yet
-        // to prepare one ahead) and renamed in: one directory fsync, then its one sync_data.
+        // The open of a new journal prepared the spare (zeros written and synced), so the
+        // first unit writes and syncs none.
+        assert_eq!(engine.counts().segments_prepared, 1, "{applier:?}");
+        let spare = Path::new(DIR).join(flushpoint::SPARE_SEGMENT_FILE);
+        assert!(
+            fs.stats().log.contains(&(SimOp::SyncData, spare.clone())),
+            "the open synced the spare ({applier:?})"
+        );
+
+        // The first unit creates segment 0 — that spare renamed in: one directory fsync,
+        // then its one sync_data.
         let at = fs.stats().log.len();
         blocks.write(&batch("first"), Durability::Synced).unwrap();
         assert!(
             fs.stats().log[at..].contains(&(SimOp::Rename, segment.clone())),
             "segment 0 is the spare renamed in ({applier:?})"
         );
-        assert_eq!(engine.counts().segments_prepared, 1);
+        let spare_ops: Vec<_> = fs.stats().log[at..]
+            .iter()
+            .filter(|(op, path)| *path == spare && *op != SimOp::Rename)
+            .cloned()
+            .collect();
+        assert_eq!(
+            spare_ops,
+            vec![],
+            "the first unit prepares no spare ({applier:?})"
+        );
         assert_eq!(
             syncs_since(&fs, at),
             vec![
