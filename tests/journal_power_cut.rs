@@ -384,6 +384,24 @@ fn every_cut_recovers_every_acknowledged_unit_and_no_partial_unit() {
         counts.overlay_waits >= 1,
         "the overlay budget is reached: {counts:?}"
     );
+    // Both kinds of segment, so cuts land in each kind of roll: a buffered unit's roll
+    // creates a segment that grows; a synced unit's takes the spare, early when the active
+    // segment was created (`JournalOptions::prepared_units_below_bytes`).
+    let log = fs.stats().log;
+    let is_segment = |p: &Path| p.extension().is_some_and(|e| e == "seg");
+    let created = log
+        .iter()
+        .filter(|(op, p)| *op == flushpoint::SimOp::Create && is_segment(p))
+        .count();
+    let renamed = log
+        .iter()
+        .filter(|(op, p)| *op == flushpoint::SimOp::Rename && is_segment(p))
+        .count();
+    println!("segments: {created} created empty, {renamed} renamed from the spare");
+    assert!(
+        created >= 2 && renamed >= 2,
+        "both kinds of segment: {created} created, {renamed} renamed"
+    );
     assert_eq!(read_all(&engine).unwrap(), *states.last().unwrap());
     assert!(
         engine.counts().values_read_from_journal >= 1,

@@ -135,3 +135,96 @@ fn one_synced_unit_is_one_sync_data_on_its_segment() {
         );
     }
 }
+
+/// A large unit (a flush point's) rolls into a segment created empty, leaving the spare; the
+/// next small synced unit (a consensus block's) rolls early into that spare, so its sync
+/// overwrites prepared zeros. Counted exactly, inline (the writer prepares every spare it
+/// takes); every unit reads back after a reopen.
+#[test]
+fn a_large_unit_creates_its_segment_and_a_small_synced_one_rolls_into_the_spare() {
+    const SMALL_BELOW: u64 = 8 * 1024;
+    let fs = SimFs::new();
+    let options = JournalOptions {
+        applier: Applier::Inline,
+        segment_bytes: 64 * 1024,
+        prepared_units_below_bytes: SMALL_BELOW,
+        ..JournalOptions::default()
+    };
+    let open =
+        || JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options.clone()).unwrap();
+    let engine = open();
+    let blocks = engine.keyspace("blocks").unwrap();
+    let spare = Path::new(DIR).join(flushpoint::SPARE_SEGMENT_FILE);
+    let (seg0, seg1) = (
+        Path::new(DIR).join(segment_file_name(0)),
+        Path::new(DIR).join(segment_file_name(1)),
+    );
+    let large = |key: &str| {
+        let mut b = Batch::new();
+        b.put(
+            Bytes::from(key.to_string()),
+            Bytes::from(vec![7u8; 16 * 1024]),
+        );
+        b
+    };
+    let ops_since = |at: usize| fs.stats().log[at..].to_vec();
+
+    // The large unit: segment 0 created empty (no rename, the spare left as it was).
+    let at = fs.stats().log.len();
+    blocks.write(&large("large"), Durability::Synced).unwrap();
+    let ops = ops_since(at);
+    assert!(ops.contains(&(SimOp::Create, seg0.clone())), "{ops:?}");
+    assert!(
+        !ops.iter().any(|(_, p)| *p == spare),
+        "the spare is untouched: {ops:?}"
+    );
+    assert_eq!(
+        engine.counts().segments_prepared,
+        1,
+        "the open's spare only"
+    );
+    assert_eq!(
+        syncs_since(&fs, at),
+        vec![
+            (SimOp::SyncDir, PathBuf::from(DIR)),
+            (SimOp::SyncData, seg0.clone())
+        ]
+    );
+
+    // The small synced unit: segment 0 has room, but it would grow it; the spare is ready,
+    // so the journal rolls into it first.
+    let at = fs.stats().log.len();
+    blocks.write(&batch("small"), Durability::Synced).unwrap();
+    let ops = ops_since(at);
+    assert!(ops.contains(&(SimOp::Rename, seg1.clone())), "{ops:?}");
+    assert_eq!(
+        syncs_since(&fs, at),
+        vec![
+            (SimOp::SyncDir, PathBuf::from(DIR)),
+            (SimOp::SyncData, seg1.clone())
+        ]
+    );
+
+    // The next small one appends over the zeros; a large buffered one too (it fits): no
+    // roll, and no size change (no `SetLen`, no write past the prepared length).
+    let at = fs.stats().log.len();
+    blocks.write(&batch("small2"), Durability::Synced).unwrap();
+    blocks
+        .write(&large("large2"), Durability::Buffered)
+        .unwrap();
+    let ops = ops_since(at);
+    assert!(
+        !ops.iter()
+            .any(|(op, _)| matches!(op, SimOp::Create | SimOp::Rename | SimOp::SetLen)),
+        "{ops:?}"
+    );
+    assert_eq!(syncs_since(&fs, at), vec![(SimOp::SyncData, seg1.clone())]);
+    drop(blocks);
+    drop(engine);
+
+    let engine = open();
+    let blocks = engine.keyspace("blocks").unwrap();
+    for key in ["large", "small", "small2", "large2"] {
+        assert!(blocks.get(key.as_bytes()).unwrap().is_some(), "{key}");
+    }
+}

@@ -105,6 +105,8 @@ fn options(prepare_segments: bool, applier: Applier) -> JournalOptions {
         index_cache_bytes: 64 * 1024,
         applier,
         prepare_segments,
+        // Every unit here is small and synced: each takes a prepared segment (the spare).
+        prepared_units_below_bytes: flushpoint::PREPARED_UNITS_BELOW_BYTES,
     }
 }
 
@@ -304,6 +306,7 @@ fn merge_options(applier: Applier) -> JournalOptions {
         index_cache_bytes: 64 * 1024,
         applier,
         prepare_segments: false,
+        prepared_units_below_bytes: flushpoint::PREPARED_UNITS_BELOW_BYTES,
     }
 }
 

@@ -90,6 +90,18 @@ const _: () = assert!(
     "a segment holds at least one empty unit"
 );
 
+/// Units of at least this many bytes, and buffered units, go to segments that are not
+/// prepared: a roll for one creates an empty segment that grows, and leaves the spare for a
+/// small synced unit. Why this bound: a prepared segment saves a synced unit's `sync_data`
+/// one metadata write (the file's size), which matters to a consensus block of ~10 KB; its
+/// zeros cost a second write of every byte the segment will hold. A flush point's unit is
+/// tens of MiB, synced once: its metadata write is nothing beside its data, and the zeros
+/// were the cost. Measured (twelfth session, `compare run-one`, 3 interleaved pairs,
+/// `FPJ_PREPARE=0` against 1, `fpj-deferred`): light blocks 9–11 % faster to durable,
+/// heavy blocks 2–39 % (`benches/compare/PERFORMANCE.md`). At 1 MiB the metadata write is
+/// under 1 % of the unit's own.
+pub const PREPARED_UNITS_BELOW_BYTES: u64 = 1024 * 1024;
+
 /// The spare segment's file name: a segment's worth of zeros, written and synced ahead of
 /// time, renamed in at the next roll (ADR 0008, "Prepared segments").
 pub const SPARE_SEGMENT_FILE: &str = "spare.segment";
@@ -192,13 +204,21 @@ pub struct JournalOptions {
     pub index_cache_bytes: usize,
     /// Who applies units.
     pub applier: Applier,
-    /// Prepared segments: every segment starts as `segment_bytes` of zeros written and
-    /// synced ahead of time (by the applier thread, or at the roll), so a unit's
-    /// `sync_data` overwrites allocated, written blocks and changes no file size: no
-    /// metadata to journal (half the cost of an appending `fdatasync` on ext4 on this
-    /// machine class). Costs one extra write of each segment's bytes, off the writer's
-    /// path; a segment file is `segment_bytes` long from the start. Default: on.
+    /// Prepared segments: a segment for small synced units starts as `segment_bytes` of
+    /// zeros written and synced ahead of time (by the applier thread, by the open of a new
+    /// journal, or at the roll), so a unit's `sync_data` overwrites allocated, written
+    /// blocks and changes no file size: no metadata to journal (half the cost of an
+    /// appending `fdatasync` on ext4 on this machine class). Costs one extra write of each
+    /// such segment's bytes, off the writer's path; such a segment file is `segment_bytes`
+    /// long from the start. Which units count as small: `prepared_units_below_bytes`.
+    /// Default: on.
     pub prepare_segments: bool,
+    /// With `prepare_segments`: the synced units that take prepared segments are those
+    /// under this many bytes; a larger or buffered unit that rolls the journal creates an
+    /// empty segment instead, and the next small synced unit rolls on into the spare when
+    /// one is ready ([`PREPARED_UNITS_BELOW_BYTES`], the default). `u64::MAX` prepares every
+    /// segment; 0 none.
+    pub prepared_units_below_bytes: u64,
 }
 
 impl Default for JournalOptions {
@@ -212,6 +232,7 @@ impl Default for JournalOptions {
             index_cache_bytes: INDEX_CACHE_BYTES,
             applier: Applier::Background,
             prepare_segments: true,
+            prepared_units_below_bytes: PREPARED_UNITS_BELOW_BYTES,
         }
     }
 }
@@ -369,6 +390,11 @@ struct Writer {
     file: Option<Box<dyn FsFile>>,
     segment: u64,
     offset: u64,
+    /// Where the active segment's prepared zeros end: appends below it overwrite written
+    /// blocks and change no file size. `segment_bytes` for a spare renamed in, 0 for a
+    /// created segment, the file's length for one reopened. Decides early rolls only (a
+    /// speed matter: recovery reads any segment the same way).
+    prepared_end: u64,
     next_seq: u64,
     written_through: u64,
     synced_through: u64,
@@ -564,6 +590,7 @@ impl JournalEngine {
         let written_through = applied_seq.max(scan.last_seq);
         let mut file = None;
         let mut offset = 0;
+        let mut prepared_end = 0;
         let mut segment = first_segment;
         let counters = Counters::default();
         if let Some(last) = &scan.last {
@@ -590,6 +617,11 @@ impl JournalEngine {
             bump(&counters.journal_sync_data_calls, 1);
             file = Some(f);
             offset = last.valid_len;
+            prepared_end = if last.zero_tail {
+                last.file_len
+            } else {
+                last.valid_len
+            };
             segment = last.index;
         }
         // Leftovers below the checkpointed first segment that no pointer holds (an unlink
@@ -654,6 +686,7 @@ impl JournalEngine {
                 file,
                 segment,
                 offset,
+                prepared_end,
                 next_seq: written_through + 1,
                 written_through,
                 synced_through: written_through,
@@ -1395,7 +1428,7 @@ impl Shared {
             let len = unit::encoded_len(&ops.sections).ok_or_else(|| {
                 Error::InvalidInput("a journal unit's body must be under 4 GiB".into())
             })?;
-            let offset = self.append(&mut w, seq, len, &ops.sections)?;
+            let offset = self.append(&mut w, seq, len, synced, &ops.sections)?;
             let at = (w.segment, offset, len);
             // The unit enters the overlay only after it is in the file, and (synced) after
             // its sync: a reader never sees a write a crash could take back once `Ok`.
@@ -1448,15 +1481,38 @@ impl Shared {
     }
 
     /// Appends `bytes` (unit `seq`) to the active segment, rolling to a new one first when
-    /// it would pass the segment size; the unit is `len` bytes (`unit::encoded_len`),
-    /// encoded as it is written, in chunks. Returns the unit's offset in `w.segment`.
-    fn append(&self, w: &mut Writer, seq: u64, len: u64, sections: &Sections) -> Result<u64> {
+    /// it would pass the segment size, or early, into a ready spare, when a small synced
+    /// unit would grow a segment that is not prepared; the unit is `len` bytes
+    /// (`unit::encoded_len`), encoded as it is written, in chunks. Returns the unit's
+    /// offset in `w.segment`.
+    fn append(
+        &self,
+        w: &mut Writer,
+        seq: u64,
+        len: u64,
+        synced: bool,
+        sections: &Sections,
+    ) -> Result<u64> {
         // What the header says was durable when the unit was written: as before a roll's
         // sync (true either way; recovery only trusts it for units before this one).
         let synced_through = w.synced_through;
+        // A consensus-sized synced unit: its sync is cheaper over prepared zeros.
+        let wants_prepared = self.options.prepare_segments
+            && synced
+            && len < self.options.prepared_units_below_bytes;
         let roll = match w.file {
             None => true,
-            Some(_) => w.offset > 0 && w.offset + len > self.options.segment_bytes,
+            Some(_) if w.offset == 0 => false,
+            Some(_) if w.offset + len > self.options.segment_bytes => true,
+            // Early: the segment's prepared zeros end before this unit does (a segment a
+            // flush point created), and a spare is ready; never waited for, except inline,
+            // where the writer prepares every spare itself.
+            Some(_) => {
+                wants_prepared
+                    && w.offset + len > w.prepared_end
+                    && (self.options.applier == Applier::Inline
+                        || self.spare_ready.try_lock().is_ok_and(|ready| *ready))
+            }
         };
         if roll {
             let index = if w.file.is_some() {
@@ -1470,7 +1526,7 @@ impl Shared {
                 w.segment
             };
             let path = self.segment_path(index);
-            let f = if self.options.prepare_segments {
+            let f = if wants_prepared {
                 // Waits for a spare the applier is preparing; prepares one here if none.
                 let mut ready = self.spare_ready.lock().expect("spare lock");
                 if !*ready {
@@ -1491,6 +1547,8 @@ impl Shared {
                     .open_file(&path, OpenMode::Existing)
                     .map_err(self.failing_io("open segment", &path))?
             } else {
+                // Crash: a cut before the directory sync below may lose the new name; no
+                // unit in it was acknowledged yet, and the outgoing segment is synced.
                 self.fs
                     .open_file(&path, OpenMode::CreateTruncate)
                     .map_err(self.failing_io("create segment", &path))?
@@ -1508,6 +1566,11 @@ impl Shared {
             w.file = Some(f);
             w.segment = index;
             w.offset = 0;
+            w.prepared_end = if wants_prepared {
+                self.options.segment_bytes
+            } else {
+                0
+            };
         }
         let path = self.segment_path(w.segment);
         let file = w
