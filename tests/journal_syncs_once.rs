@@ -32,6 +32,15 @@ fn syncs_since(fs: &SimFs, from: usize) -> Vec<(SimOp, PathBuf)> {
         .collect()
 }
 
+/// A roll's syncs, then its unit's: the directory (the new segment's name), then the
+/// segment's `sync_data`.
+fn roll_syncs(segment: &Path) -> Vec<(SimOp, PathBuf)> {
+    vec![
+        (SimOp::SyncDir, PathBuf::from(DIR)),
+        (SimOp::SyncData, segment.to_path_buf()),
+    ]
+}
+
 fn batch(key: &str) -> Batch {
     let mut b = Batch::new();
     b.put(Bytes::from(key.to_string()), Bytes::from(vec![1u8; 100]));
@@ -77,14 +86,7 @@ fn one_synced_unit_is_one_sync_data_on_its_segment() {
             vec![],
             "the first unit prepares no spare ({applier:?})"
         );
-        assert_eq!(
-            syncs_since(&fs, at),
-            vec![
-                (SimOp::SyncDir, PathBuf::from(DIR)),
-                (SimOp::SyncData, segment.clone())
-            ],
-            "{applier:?}"
-        );
+        assert_eq!(syncs_since(&fs, at), roll_syncs(&segment), "{applier:?}");
 
         // One keyspace, synced: exactly one sync_data (the applier's redb commits use
         // Durability::None: no sync; no checkpoint is due at the default sizes).
@@ -183,13 +185,7 @@ fn a_large_unit_creates_its_segment_and_a_small_synced_one_rolls_into_the_spare(
         1,
         "the open's spare only"
     );
-    assert_eq!(
-        syncs_since(&fs, at),
-        vec![
-            (SimOp::SyncDir, PathBuf::from(DIR)),
-            (SimOp::SyncData, seg0.clone())
-        ]
-    );
+    assert_eq!(syncs_since(&fs, at), roll_syncs(&seg0));
 
     // The small synced unit: segment 0 has room, but it would grow it; the spare is ready,
     // so the journal rolls into it first.
@@ -197,16 +193,10 @@ fn a_large_unit_creates_its_segment_and_a_small_synced_one_rolls_into_the_spare(
     blocks.write(&batch("small"), Durability::Synced).unwrap();
     let ops = ops_since(at);
     assert!(ops.contains(&(SimOp::Rename, seg1.clone())), "{ops:?}");
-    assert_eq!(
-        syncs_since(&fs, at),
-        vec![
-            (SimOp::SyncDir, PathBuf::from(DIR)),
-            (SimOp::SyncData, seg1.clone())
-        ]
-    );
+    assert_eq!(syncs_since(&fs, at), roll_syncs(&seg1));
 
     // The next small one appends over the zeros; a large buffered one too (it fits): no
-    // roll, and no size change (no `SetLen`, no write past the prepared length).
+    // roll (no segment created or renamed) and no truncation.
     let at = fs.stats().log.len();
     blocks.write(&batch("small2"), Durability::Synced).unwrap();
     blocks
