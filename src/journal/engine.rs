@@ -216,8 +216,8 @@ pub struct JournalOptions {
     /// With `prepare_segments`: the synced units that take prepared segments are those
     /// under this many bytes; a larger or buffered unit that rolls the journal creates an
     /// empty segment instead, and the next small synced unit rolls on into the spare when
-    /// one is ready ([`PREPARED_UNITS_BELOW_BYTES`], the default). `u64::MAX` prepares every
-    /// segment; 0 none.
+    /// one is ready ([`PREPARED_UNITS_BELOW_BYTES`], the default). `u64::MAX`: every synced
+    /// unit's roll takes a prepared segment; 0: none does.
     pub prepared_units_below_bytes: u64,
 }
 
@@ -2490,5 +2490,36 @@ mod tests {
     fn segment_names_sort_in_index_order() {
         assert_eq!(segment_file_name(7), "00000000000000000007.seg");
         assert!(segment_file_name(9) < segment_file_name(10));
+    }
+
+    /// A spare is exactly `segment_bytes` of zeros, synced, whether or not the size is a
+    /// whole number of the writes' page-sized chunks; a poisoned engine's check stops it
+    /// before the sync.
+    #[test]
+    fn a_spare_is_its_segment_size_of_synced_zeros() {
+        let fs = crate::fs::SimFs::new();
+        let path = Path::new("/j/spare.segment");
+        fs.create_dir_all(Path::new("/j")).unwrap();
+        for bytes in [1, 4096, 5000, 3 * 4096 + 1] {
+            write_spare(&fs, path, bytes, || Ok(())).unwrap_or_else(|_| panic!("{bytes}"));
+            let f = fs.open_file(path, OpenMode::Existing).unwrap();
+            assert_eq!(f.len().unwrap(), bytes);
+            let mut read = vec![1u8; bytes as usize];
+            f.read_at(0, &mut read).unwrap();
+            assert!(read.iter().all(|b| *b == 0), "{bytes}");
+            assert_eq!(
+                fs.stats().log.last(),
+                Some(&(crate::fs::SimOp::SyncData, path.to_path_buf()))
+            );
+        }
+        let refused = write_spare(&fs, path, 4096, || {
+            Err(Error::storage(ENGINE_NAME, "test", "poisoned"))
+        });
+        assert!(matches!(refused, Err(SpareError::Poisoned(_))));
+        assert_ne!(
+            fs.stats().log.last(),
+            Some(&(crate::fs::SimOp::SyncData, path.to_path_buf())),
+            "no sync after the refusal"
+        );
     }
 }
