@@ -11,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use flushpoint::{
@@ -140,81 +141,168 @@ fn one_synced_unit_is_one_sync_data_on_its_segment() {
 
 /// A large unit (a flush point's) rolls into a segment created empty, leaving the spare; the
 /// next small synced unit (a consensus block's) rolls early into that spare, so its sync
-/// overwrites prepared zeros. Counted exactly, inline (the writer prepares every spare it
-/// takes); every unit reads back after a reopen.
+/// overwrites prepared zeros. When no spare is ready, the background writer does not wait
+/// for one (it appends), while the inline writer prepares one, as at any roll. Counted
+/// exactly, for both appliers (the background one never steps here: its batch delay is an
+/// hour, so nothing races the writer for the spare); every unit reads back after a reopen.
 #[test]
 fn a_large_unit_creates_its_segment_and_a_small_synced_one_rolls_into_the_spare() {
-    const SMALL_BELOW: u64 = 8 * 1024;
-    let fs = SimFs::new();
-    let options = JournalOptions {
-        applier: Applier::Inline,
-        segment_bytes: 64 * 1024,
-        prepared_units_below_bytes: SMALL_BELOW,
-        ..JournalOptions::default()
-    };
-    let open =
-        || JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options.clone()).unwrap();
-    let engine = open();
-    let blocks = engine.keyspace("blocks").unwrap();
-    let spare = Path::new(DIR).join(flushpoint::SPARE_SEGMENT_FILE);
-    let (seg0, seg1) = (
-        Path::new(DIR).join(segment_file_name(0)),
-        Path::new(DIR).join(segment_file_name(1)),
-    );
-    let large = |key: &str| {
-        let mut b = Batch::new();
-        b.put(
-            Bytes::from(key.to_string()),
-            Bytes::from(vec![7u8; 16 * 1024]),
+    for applier in [Applier::Inline, Applier::Background] {
+        let fs = SimFs::new();
+        let options = JournalOptions {
+            applier,
+            segment_bytes: 64 * 1024,
+            prepared_units_below_bytes: 8 * 1024,
+            apply_batch_delay: Duration::from_secs(3600),
+            checkpoint_interval: Duration::from_secs(3600),
+            ..JournalOptions::default()
+        };
+        let open =
+            || JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options.clone()).unwrap();
+        let engine = open();
+        let blocks = engine.keyspace("blocks").unwrap();
+        let spare = Path::new(DIR).join(flushpoint::SPARE_SEGMENT_FILE);
+        let seg = |i: u64| Path::new(DIR).join(segment_file_name(i));
+        let large = |key: &str, bytes: usize| {
+            let mut b = Batch::new();
+            b.put(Bytes::from(key.to_string()), Bytes::from(vec![7u8; bytes]));
+            b
+        };
+        let ops_since = |at: usize| fs.stats().log[at..].to_vec();
+
+        // The large unit: segment 0 created empty (no rename, the spare left as it was).
+        let at = fs.stats().log.len();
+        blocks
+            .write(&large("large", 16 * 1024), Durability::Synced)
+            .unwrap();
+        let ops = ops_since(at);
+        assert!(
+            ops.contains(&(SimOp::Create, seg(0))),
+            "{applier:?}: {ops:?}"
         );
-        b
+        assert!(
+            !ops.iter().any(|(_, p)| *p == spare),
+            "{applier:?}: the spare is untouched: {ops:?}"
+        );
+        assert_eq!(
+            engine.counts().segments_prepared,
+            1,
+            "the open's spare only"
+        );
+        assert_eq!(syncs_since(&fs, at), roll_syncs(&seg(0)), "{applier:?}");
+
+        // The small synced unit: segment 0 has room, but it would grow it; the spare is
+        // ready, so the journal rolls into it first.
+        let at = fs.stats().log.len();
+        blocks.write(&batch("small"), Durability::Synced).unwrap();
+        let ops = ops_since(at);
+        assert!(
+            ops.contains(&(SimOp::Rename, seg(1))),
+            "{applier:?}: {ops:?}"
+        );
+        assert_eq!(syncs_since(&fs, at), roll_syncs(&seg(1)), "{applier:?}");
+
+        // The next small one appends over the zeros; a large buffered one too (it fits): no
+        // roll (no segment created or renamed) and no truncation.
+        let at = fs.stats().log.len();
+        blocks.write(&batch("small2"), Durability::Synced).unwrap();
+        blocks
+            .write(&large("large2", 16 * 1024), Durability::Buffered)
+            .unwrap();
+        let ops = ops_since(at);
+        assert!(
+            !ops.iter()
+                .any(|(op, _)| matches!(op, SimOp::Create | SimOp::Rename | SimOp::SetLen)),
+            "{applier:?}: {ops:?}"
+        );
+        assert_eq!(syncs_since(&fs, at), vec![(SimOp::SyncData, seg(1))]);
+
+        // A large unit that does not fit: segment 2 created (segment 1, holding the
+        // buffered unit, synced first). Then a small synced one, with no spare ready.
+        let at = fs.stats().log.len();
+        blocks
+            .write(&large("large3", 48 * 1024), Durability::Synced)
+            .unwrap();
+        let ops = ops_since(at);
+        assert!(
+            ops.contains(&(SimOp::Create, seg(2))),
+            "{applier:?}: {ops:?}"
+        );
+        let at = fs.stats().log.len();
+        blocks.write(&batch("small3"), Durability::Synced).unwrap();
+        let ops = ops_since(at);
+        match applier {
+            // Inline: the writer prepares the spare, and rolls into it.
+            Applier::Inline => {
+                assert!(ops.contains(&(SimOp::Rename, seg(3))), "{ops:?}");
+                assert_eq!(engine.counts().segments_prepared, 2);
+            }
+            // Background: the applier has not prepared one; the writer does not wait.
+            _ => {
+                assert!(
+                    !ops.iter()
+                        .any(|(op, _)| matches!(op, SimOp::Create | SimOp::Rename)),
+                    "{ops:?}"
+                );
+                assert_eq!(syncs_since(&fs, at), vec![(SimOp::SyncData, seg(2))]);
+                assert_eq!(engine.counts().segments_prepared, 1);
+            }
+        }
+        drop(blocks);
+        drop(engine);
+
+        let engine = open();
+        let blocks = engine.keyspace("blocks").unwrap();
+        for key in ["large", "small", "small2", "large2", "large3", "small3"] {
+            assert!(
+                blocks.get(key.as_bytes()).unwrap().is_some(),
+                "{applier:?}: {key}"
+            );
+        }
+    }
+}
+
+/// The bound is exclusive: a synced unit of exactly `prepared_units_below_bytes` is a large
+/// one (its roll creates a segment); one byte more of bound and it takes the spare. The
+/// unit's length is learnt from the engine's own count of journal bytes.
+#[test]
+fn a_unit_of_exactly_the_bound_is_not_prepared() {
+    let unit_len = {
+        let fs = SimFs::new();
+        let engine =
+            JournalEngine::open(Arc::new(fs), Path::new(DIR), JournalOptions::default()).unwrap();
+        engine
+            .keyspace("blocks")
+            .unwrap()
+            .write(&batch("k"), Durability::Synced)
+            .unwrap();
+        engine.counts().journal_bytes_written
     };
-    let ops_since = |at: usize| fs.stats().log[at..].to_vec();
-
-    // The large unit: segment 0 created empty (no rename, the spare left as it was).
-    let at = fs.stats().log.len();
-    blocks.write(&large("large"), Durability::Synced).unwrap();
-    let ops = ops_since(at);
-    assert!(ops.contains(&(SimOp::Create, seg0.clone())), "{ops:?}");
-    assert!(
-        !ops.iter().any(|(_, p)| *p == spare),
-        "the spare is untouched: {ops:?}"
-    );
-    assert_eq!(
-        engine.counts().segments_prepared,
-        1,
-        "the open's spare only"
-    );
-    assert_eq!(syncs_since(&fs, at), roll_syncs(&seg0));
-
-    // The small synced unit: segment 0 has room, but it would grow it; the spare is ready,
-    // so the journal rolls into it first.
-    let at = fs.stats().log.len();
-    blocks.write(&batch("small"), Durability::Synced).unwrap();
-    let ops = ops_since(at);
-    assert!(ops.contains(&(SimOp::Rename, seg1.clone())), "{ops:?}");
-    assert_eq!(syncs_since(&fs, at), roll_syncs(&seg1));
-
-    // The next small one appends over the zeros; a large buffered one too (it fits): no
-    // roll (no segment created or renamed) and no truncation.
-    let at = fs.stats().log.len();
-    blocks.write(&batch("small2"), Durability::Synced).unwrap();
-    blocks
-        .write(&large("large2"), Durability::Buffered)
-        .unwrap();
-    let ops = ops_since(at);
-    assert!(
-        !ops.iter()
-            .any(|(op, _)| matches!(op, SimOp::Create | SimOp::Rename | SimOp::SetLen)),
-        "{ops:?}"
-    );
-    assert_eq!(syncs_since(&fs, at), vec![(SimOp::SyncData, seg1.clone())]);
-    drop(blocks);
-    drop(engine);
-
-    let engine = open();
-    let blocks = engine.keyspace("blocks").unwrap();
-    for key in ["large", "small", "small2", "large2"] {
-        assert!(blocks.get(key.as_bytes()).unwrap().is_some(), "{key}");
+    for (bound, prepared) in [(unit_len, false), (unit_len + 1, true)] {
+        let fs = SimFs::new();
+        let options = JournalOptions {
+            applier: Applier::Inline,
+            prepared_units_below_bytes: bound,
+            ..JournalOptions::default()
+        };
+        let engine = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options).unwrap();
+        let at = fs.stats().log.len();
+        engine
+            .keyspace("blocks")
+            .unwrap()
+            .write(&batch("k"), Durability::Synced)
+            .unwrap();
+        assert_eq!(engine.counts().journal_bytes_written, unit_len);
+        let seg0 = Path::new(DIR).join(segment_file_name(0));
+        let expected = if prepared {
+            SimOp::Rename
+        } else {
+            SimOp::Create
+        };
+        assert!(
+            fs.stats().log[at..].contains(&(expected, seg0)),
+            "bound {bound}, unit {unit_len}: {:?}",
+            &fs.stats().log[at..]
+        );
     }
 }
