@@ -25,6 +25,7 @@
 
 mod engine;
 mod overlay;
+mod run;
 mod unit;
 
 pub use engine::{

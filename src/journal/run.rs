@@ -1,0 +1,1107 @@
+//! Sorted run files (ADR 0014, step 1 of its plan): an immutable file of ops in strictly
+//! increasing key order — the newest op per key of one or more apply steps, a delete kept as
+//! a tombstone — read by key with a bloom filter and a block index, or in key order either
+//! way, and merged newest-first into a new run.
+//!
+//! Layout (little-endian):
+//! * header (32 bytes): `magic "FPR1" ‖ version u8 ‖ 3 zero bytes ‖ id u64 ‖ 12 zero bytes ‖
+//!   crc32 of the 28 bytes before it`;
+//! * blocks, one after another: `body_len u32 ‖ body ‖ crc32(body)`; a body is ops, each
+//!   `tag u8 (1 put, 2 delete) ‖ key_len u32 ‖ key [‖ value_len u32 ‖ value]`, keys strictly
+//!   increasing across the whole run;
+//! * meta: `block_count u32`, per block `offset u64 ‖ framed_len u32 ‖ first_key_len u32 ‖
+//!   first_key`, then the bloom filter `hashes u8 ‖ bit_bytes u32 ‖ bits`;
+//! * footer (32 bytes): `meta_offset u64 ‖ op_count u64 ‖ meta_len u32 ‖ crc32(meta) u32 ‖
+//!   footer_crc32 u32 (of the 24 bytes before it) ‖ magic "FPRE"`.
+//!
+//! Invariant: opening and reading never panic on any bytes; a run whose checks fail is
+//! [`Error::Corrupt`] naming the run (and the key being read), never wrong bytes.
+//! Invariant: this module does no syncing: a run is durable when its owner syncs it
+//! (ADR 0014: before a manifest lists it).
+//!
+//! Not yet wired: the applier, the checkpoint's manifest and recovery come with ADR 0014's
+//! second step; until then this module is exercised by its tests only.
+#![cfg_attr(
+    not(test),
+    expect(
+        dead_code,
+        reason = "ADR 0014 step 1: the run files come before the keyspace kind that writes them"
+    )
+)]
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::ops::Bound;
+
+use bytes::Bytes;
+
+use crate::db::{Direction, KeyRange};
+use crate::error::{CorruptReason, Error, Result};
+use crate::fs::FsFile;
+
+/// The run magic: "FlushPoint Run", format 1.
+pub(crate) const RUN_MAGIC: [u8; 4] = *b"FPR1";
+/// The magic closing a run's footer: a file cut before its footer ends is not a run.
+pub(crate) const RUN_FOOTER_MAGIC: [u8; 4] = *b"FPRE";
+/// The run format version this build writes and reads.
+pub(crate) const RUN_VERSION: u8 = 1;
+/// Bytes of a run header.
+pub(crate) const RUN_HEADER_BYTES: usize = 32;
+/// Bytes of a run footer.
+pub(crate) const RUN_FOOTER_BYTES: usize = 32;
+/// Body bytes after which a block is closed. Why 16 KiB: a point read costs one `pread`
+/// of one block, and the block index keeps one key per block in memory — about 1.3 MiB
+/// per million ops of the app's shape (40-byte keys, 148-byte values), ADR 0014.
+pub(crate) const RUN_BLOCK_BYTES: usize = 16 * 1024;
+/// Bloom filter bits per key. Why 10: with [`BLOOM_HASHES`] hashes, a key a run does not
+/// hold passes its filter ~1 % of the time, so a read of a key in none of `n` runs costs
+/// about `n / 100` block reads.
+pub(crate) const BLOOM_BITS_PER_KEY: u64 = 10;
+/// Hashes per key in the bloom filter (the optimum for 10 bits a key is ~7).
+pub(crate) const BLOOM_HASHES: u8 = 7;
+
+const OP_PUT: u8 = 1;
+const OP_DELETE: u8 = 2;
+
+/// What a run says of a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// The run holds no op on the key: an older source answers.
+    Absent,
+    /// The key's value.
+    Put(Bytes),
+    /// The key was deleted: no older source answers.
+    Deleted,
+}
+
+/// An op of a run: `Some(value)` a put, `None` a tombstone.
+pub(crate) type RunOp = (Bytes, Option<Bytes>);
+
+/// What [`RunWriter::finish`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RunMeta {
+    /// The run's id, as its header holds it.
+    pub(crate) id: u64,
+    /// Ops in the run (puts and tombstones).
+    pub(crate) ops: u64,
+    /// The file's length.
+    pub(crate) bytes: u64,
+}
+
+/// A bloom filter over a run's keys: `hashes` probes by double hashing of two crc32s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Bloom {
+    hashes: u8,
+    bits: Vec<u8>,
+}
+
+/// The two base hashes of `key` (crc32 from two seeds; the second forced odd, so the
+/// probes step through every bit).
+fn key_hashes(key: &[u8]) -> (u64, u64) {
+    let mut a = crc32fast::Hasher::new_with_initial(0x5bd1_e995);
+    a.update(key);
+    let mut b = crc32fast::Hasher::new_with_initial(0x1b87_3593);
+    b.update(key);
+    (u64::from(a.finalize()), u64::from(b.finalize()) | 1)
+}
+
+impl Bloom {
+    fn with_keys(hashes: impl ExactSizeIterator<Item = (u64, u64)>) -> Self {
+        let bit_count = (hashes.len() as u64 * BLOOM_BITS_PER_KEY).max(64);
+        let mut bloom = Bloom {
+            hashes: BLOOM_HASHES,
+            bits: vec![0; bit_count.div_ceil(8) as usize],
+        };
+        let bit_count = bloom.bits.len() as u64 * 8;
+        for h in hashes {
+            for bit in probes(bloom.hashes, bit_count, h) {
+                bloom.bits[(bit / 8) as usize] |= 1 << (bit % 8);
+            }
+        }
+        bloom
+    }
+
+    fn may_contain(&self, key: &[u8]) -> bool {
+        probes(self.hashes, self.bits.len() as u64 * 8, key_hashes(key))
+            .all(|bit| self.bits[(bit / 8) as usize] & (1 << (bit % 8)) != 0)
+    }
+}
+
+/// The bits a key's hashes `(h1, h2)` set in a filter of `bit_count` bits:
+/// `h1 + i·h2 mod bit_count` for `i` in `0..hashes` (double hashing).
+fn probes(hashes: u8, bit_count: u64, (h1, h2): (u64, u64)) -> impl Iterator<Item = u64> {
+    (0..u64::from(hashes)).map(move |i| h1.wrapping_add(i.wrapping_mul(h2)) % bit_count)
+}
+
+/// Writes one run, op by op, in strictly increasing key order. Nothing is synced.
+pub(crate) struct RunWriter {
+    file: Box<dyn FsFile>,
+    /// For errors: the keyspace and run.
+    name: String,
+    id: u64,
+    /// The open block's body.
+    block: Vec<u8>,
+    block_first_key: Option<Bytes>,
+    /// Where the open block will be written.
+    at: u64,
+    /// Body bytes after which a block closes ([`RUN_BLOCK_BYTES`] but in tests).
+    block_bytes: usize,
+    /// Per block written: offset, framed length, first key.
+    index: Vec<(u64, u32, Bytes)>,
+    key_hashes: Vec<(u64, u64)>,
+    last_key: Option<Bytes>,
+    /// Set by the first failure: the writer refuses everything after it.
+    failed: bool,
+}
+
+impl RunWriter {
+    /// Starts run `id` in `file` (empty; the caller created it), writing its header.
+    /// `name` says whose run it is in errors.
+    pub(crate) fn create(file: Box<dyn FsFile>, name: &str, id: u64) -> Result<Self> {
+        Self::with_block_bytes(file, name, id, RUN_BLOCK_BYTES)
+    }
+
+    /// As [`RunWriter::create`], closing blocks past `block_bytes` (at least 1): tests use
+    /// small blocks to make many of them.
+    pub(crate) fn with_block_bytes(
+        file: Box<dyn FsFile>,
+        name: &str,
+        id: u64,
+        block_bytes: usize,
+    ) -> Result<Self> {
+        let mut header = Vec::with_capacity(RUN_HEADER_BYTES);
+        header.extend_from_slice(&RUN_MAGIC);
+        header.push(RUN_VERSION);
+        header.extend_from_slice(&[0; 3]);
+        header.extend_from_slice(&id.to_le_bytes());
+        header.extend_from_slice(&[0; 12]);
+        let crc = crc32fast::hash(&header);
+        header.extend_from_slice(&crc.to_le_bytes());
+        debug_assert_eq!(header.len(), RUN_HEADER_BYTES);
+        let name = format!("{name} run {id}");
+        file.write_at(0, &header)
+            .map_err(|e| Error::storage(&name, "write run header", e))?;
+        Ok(RunWriter {
+            file,
+            name,
+            id,
+            block: Vec::with_capacity(block_bytes.min(RUN_BLOCK_BYTES) + 1024),
+            block_first_key: None,
+            at: RUN_HEADER_BYTES as u64,
+            block_bytes: block_bytes.max(1),
+            index: Vec::new(),
+            key_hashes: Vec::new(),
+            last_key: None,
+            failed: false,
+        })
+    }
+
+    /// Adds an op: `Some(value)` a put, `None` a tombstone. `Err(InvalidInput)` when `key`
+    /// is not above the last key pushed, or a key or value is 4 GiB or more; after any
+    /// error the writer refuses every call (the run is incomplete and must not be listed).
+    pub(crate) fn push(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        if self.failed {
+            return Err(Error::InvalidInput(format!(
+                "{}: the run's writer failed earlier",
+                self.name
+            )));
+        }
+        let in_order = self.last_key.as_ref().is_none_or(|last| key > &last[..]);
+        let key_len = u32::try_from(key.len());
+        let value_len = value.map(|v| u32::try_from(v.len()));
+        let (Ok(key_len), true, Ok(value_len)) = (key_len, in_order, value_len.transpose()) else {
+            self.failed = true;
+            return Err(Error::InvalidInput(format!(
+                "{}: ops must come in strictly increasing key order, keys and values under 4 GiB",
+                self.name
+            )));
+        };
+        let key = Bytes::copy_from_slice(key);
+        if self.block_first_key.is_none() {
+            self.block_first_key = Some(key.clone());
+        }
+        self.block
+            .push(if value.is_some() { OP_PUT } else { OP_DELETE });
+        self.block.extend_from_slice(&key_len.to_le_bytes());
+        self.block.extend_from_slice(&key);
+        if let (Some(v), Some(n)) = (value, value_len) {
+            self.block.extend_from_slice(&n.to_le_bytes());
+            self.block.extend_from_slice(v);
+        }
+        self.key_hashes.push(key_hashes(&key));
+        self.last_key = Some(key);
+        if self.block.len() >= self.block_bytes {
+            self.close_block()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the open block, framed.
+    fn close_block(&mut self) -> Result<()> {
+        let Some(first_key) = self.block_first_key.take() else {
+            return Ok(());
+        };
+        let body_len = u32::try_from(self.block.len()).map_err(|_| {
+            self.failed = true;
+            Error::InvalidInput(format!("{}: a block of 4 GiB or more", self.name))
+        })?;
+        let crc = crc32fast::hash(&self.block);
+        let mut framed = Vec::with_capacity(self.block.len() + 8);
+        framed.extend_from_slice(&body_len.to_le_bytes());
+        framed.extend_from_slice(&self.block);
+        framed.extend_from_slice(&crc.to_le_bytes());
+        let framed_len = u32::try_from(framed.len()).map_err(|_| {
+            self.failed = true;
+            Error::InvalidInput(format!("{}: a block of 4 GiB or more", self.name))
+        })?;
+        if let Err(e) = self.file.write_at(self.at, &framed) {
+            self.failed = true;
+            return Err(Error::storage(&self.name, "write run block", e));
+        }
+        self.index.push((self.at, framed_len, first_key));
+        self.at += framed.len() as u64;
+        self.block.clear();
+        Ok(())
+    }
+
+    /// Writes the last block, the meta and the footer. The run is complete, not synced.
+    pub(crate) fn finish(mut self) -> Result<RunMeta> {
+        if self.failed {
+            return Err(Error::InvalidInput(format!(
+                "{}: the run's writer failed earlier",
+                self.name
+            )));
+        }
+        self.close_block()?;
+        let ops = self.key_hashes.len() as u64;
+        let bloom = Bloom::with_keys(std::mem::take(&mut self.key_hashes).into_iter());
+        let mut meta = Vec::new();
+        meta.extend_from_slice(&(self.index.len() as u32).to_le_bytes());
+        for (offset, len, first_key) in &self.index {
+            meta.extend_from_slice(&offset.to_le_bytes());
+            meta.extend_from_slice(&len.to_le_bytes());
+            meta.extend_from_slice(&(first_key.len() as u32).to_le_bytes());
+            meta.extend_from_slice(first_key);
+        }
+        meta.push(bloom.hashes);
+        meta.extend_from_slice(&(bloom.bits.len() as u32).to_le_bytes());
+        meta.extend_from_slice(&bloom.bits);
+        let meta_len = u32::try_from(meta.len()).map_err(|_| {
+            Error::InvalidInput(format!("{}: a run's meta of 4 GiB or more", self.name))
+        })?;
+        let mut footer = Vec::with_capacity(RUN_FOOTER_BYTES);
+        footer.extend_from_slice(&self.at.to_le_bytes());
+        footer.extend_from_slice(&ops.to_le_bytes());
+        footer.extend_from_slice(&meta_len.to_le_bytes());
+        footer.extend_from_slice(&crc32fast::hash(&meta).to_le_bytes());
+        let footer_crc = crc32fast::hash(&footer);
+        footer.extend_from_slice(&footer_crc.to_le_bytes());
+        footer.extend_from_slice(&RUN_FOOTER_MAGIC);
+        debug_assert_eq!(footer.len(), RUN_FOOTER_BYTES);
+        meta.extend_from_slice(&footer);
+        self.file
+            .write_at(self.at, &meta)
+            .map_err(|e| Error::storage(&self.name, "write run meta", e))?;
+        Ok(RunMeta {
+            id: self.id,
+            ops,
+            bytes: self.at + meta.len() as u64,
+        })
+    }
+}
+
+/// One block of a run, as its index holds it.
+#[derive(Debug, Clone)]
+struct BlockRef {
+    offset: u64,
+    len: u32,
+    first_key: Bytes,
+}
+
+/// An open run: its block index and bloom filter in memory, its blocks read on demand.
+pub(crate) struct Run {
+    file: Box<dyn FsFile>,
+    name: String,
+    id: u64,
+    ops: u64,
+    blocks: Vec<BlockRef>,
+    bloom: Bloom,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run")
+            .field("name", &self.name)
+            .field("ops", &self.ops)
+            .field("blocks", &self.blocks.len())
+            .finish()
+    }
+}
+
+/// Reads little-endian fields from a slice, failing (never panicking) past its end.
+struct Fields<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Fields<'a> {
+    fn take(&mut self, n: usize) -> std::result::Result<&'a [u8], CorruptReason> {
+        let end = self
+            .at
+            .checked_add(n)
+            .ok_or(CorruptReason::Invalid("run: length overflow"))?;
+        let s = self.b.get(self.at..end).ok_or(CorruptReason::Truncated {
+            needed: end.saturating_sub(self.b.len()),
+        })?;
+        self.at = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> std::result::Result<u8, CorruptReason> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> std::result::Result<u32, CorruptReason> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+    fn u64(&mut self) -> std::result::Result<u64, CorruptReason> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+    fn done(&self) -> bool {
+        self.at == self.b.len()
+    }
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// Checks a stored crc32 against bytes.
+fn crc_matches(stored: u32, bytes: &[u8]) -> std::result::Result<(), CorruptReason> {
+    let computed = crc32fast::hash(bytes);
+    if stored == computed {
+        Ok(())
+    } else {
+        Err(CorruptReason::Checksum { stored, computed })
+    }
+}
+
+impl Run {
+    /// Opens run `id` in `file` and checks its header, footer, block index and filter.
+    /// `Err(Corrupt)` names the run: a file cut anywhere, or any changed byte of those
+    /// parts, is refused here; a changed byte in a block is found when the block is read.
+    pub(crate) fn open(file: Box<dyn FsFile>, name: &str, id: u64) -> Result<Run> {
+        let name = format!("{name} run {id}");
+        let corrupt = |reason| Error::Corrupt {
+            db: name.clone(),
+            key: Vec::new(),
+            height: None,
+            reason,
+        };
+        let io = |op| {
+            let name = name.clone();
+            move |e| Error::storage(&name, op, e)
+        };
+        let len = file.len().map_err(io("stat run"))?;
+        if len < (RUN_HEADER_BYTES + RUN_FOOTER_BYTES) as u64 {
+            return Err(corrupt(CorruptReason::Truncated {
+                needed: RUN_HEADER_BYTES + RUN_FOOTER_BYTES - len as usize,
+            }));
+        }
+        let mut header = [0u8; RUN_HEADER_BYTES];
+        file.read_at(0, &mut header)
+            .map_err(io("read run header"))?;
+        crc_matches(le_u32(&header, 28), &header[..28]).map_err(corrupt)?;
+        if header[..4] != RUN_MAGIC {
+            return Err(corrupt(CorruptReason::Invalid("run: magic")));
+        }
+        if header[4] != RUN_VERSION {
+            return Err(corrupt(CorruptReason::UnknownVersion(header[4])));
+        }
+        let stored_id = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
+        if stored_id != id {
+            return Err(corrupt(CorruptReason::Invalid(
+                "run: the header names another id",
+            )));
+        }
+        let mut footer = [0u8; RUN_FOOTER_BYTES];
+        file.read_at(len - RUN_FOOTER_BYTES as u64, &mut footer)
+            .map_err(io("read run footer"))?;
+        if footer[28..] != RUN_FOOTER_MAGIC {
+            return Err(corrupt(CorruptReason::Invalid("run: footer magic")));
+        }
+        crc_matches(le_u32(&footer, 24), &footer[..24]).map_err(corrupt)?;
+        let mut f = Fields {
+            b: &footer[..24],
+            at: 0,
+        };
+        let (meta_offset, ops, meta_len, meta_crc) =
+            (|| Ok::<_, CorruptReason>((f.u64()?, f.u64()?, f.u32()?, f.u32()?)))()
+                .map_err(corrupt)?;
+        if meta_offset < RUN_HEADER_BYTES as u64
+            || meta_offset.checked_add(u64::from(meta_len)) != Some(len - RUN_FOOTER_BYTES as u64)
+        {
+            return Err(corrupt(CorruptReason::Invalid(
+                "run: the footer's meta does not end at the footer",
+            )));
+        }
+        let mut meta = vec![0u8; meta_len as usize];
+        file.read_at(meta_offset, &mut meta)
+            .map_err(io("read run meta"))?;
+        crc_matches(meta_crc, &meta).map_err(corrupt)?;
+        let (blocks, bloom) = parse_meta(&meta, meta_offset).map_err(corrupt)?;
+        if (blocks.is_empty()) != (ops == 0) {
+            return Err(corrupt(CorruptReason::Invalid(
+                "run: blocks without ops, or ops without blocks",
+            )));
+        }
+        Ok(Run {
+            file,
+            name,
+            id,
+            ops,
+            blocks,
+            bloom,
+        })
+    }
+
+    /// The run's id.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Ops in the run.
+    pub(crate) fn ops(&self) -> u64 {
+        self.ops
+    }
+
+    fn corrupt(&self, key: &[u8], reason: CorruptReason) -> Error {
+        Error::Corrupt {
+            db: self.name.clone(),
+            key: key.to_vec(),
+            height: None,
+            reason,
+        }
+    }
+
+    /// Reads and checks block `i`, returning its ops in key order.
+    fn block(&self, i: usize, key: &[u8]) -> Result<Vec<RunOp>> {
+        let b = &self.blocks[i];
+        let mut framed = vec![0u8; b.len as usize];
+        self.file
+            .read_at(b.offset, &mut framed)
+            .map_err(|e| Error::storage(&self.name, "read run block", e))?;
+        let ops = decode_block(&framed, &b.first_key).map_err(|r| self.corrupt(key, r))?;
+        // Every key of block i lies below block i + 1's first key (the index was checked
+        // to increase; a block's own order is checked by `decode_block`).
+        if let (Some(next), Some((last, _))) = (self.blocks.get(i + 1), ops.last())
+            && last >= &next.first_key
+        {
+            return Err(self.corrupt(key, CorruptReason::Invalid("run: blocks overlap")));
+        }
+        Ok(ops)
+    }
+
+    /// The block that would hold `key`: the last whose first key is ≤ `key`.
+    fn block_for(&self, key: &[u8]) -> Option<usize> {
+        self.blocks
+            .partition_point(|b| &b.first_key[..] <= key)
+            .checked_sub(1)
+    }
+
+    /// What the run says of `key`: one filter probe, and on a maybe one block read.
+    pub(crate) fn get(&self, key: &[u8]) -> Result<Lookup> {
+        if !self.bloom.may_contain(key) {
+            return Ok(Lookup::Absent);
+        }
+        let Some(i) = self.block_for(key) else {
+            return Ok(Lookup::Absent);
+        };
+        let ops = self.block(i, key)?;
+        Ok(match ops.binary_search_by(|(k, _)| k[..].cmp(key)) {
+            Ok(at) => match &ops[at].1 {
+                Some(v) => Lookup::Put(v.clone()),
+                None => Lookup::Deleted,
+            },
+            Err(_) => Lookup::Absent,
+        })
+    }
+
+    /// The run's ops in `range`, tombstones included, in `direction`'s key order; a block
+    /// is read when the iteration reaches it.
+    pub(crate) fn iter(&self, range: &KeyRange, direction: Direction) -> RunIter<'_> {
+        let first = match &range.start {
+            Bound::Unbounded => 0,
+            Bound::Included(k) | Bound::Excluded(k) => self.block_for(k).unwrap_or(0),
+        };
+        let last = match &range.end {
+            Bound::Unbounded => self.blocks.len(),
+            Bound::Included(k) | Bound::Excluded(k) => self.block_for(k).map_or(0, |i| i + 1),
+        };
+        RunIter {
+            run: self,
+            range: range.clone(),
+            direction,
+            next_block: first,
+            end_block: last.max(first),
+            ops: Vec::new().into_iter(),
+            failed: false,
+        }
+    }
+}
+
+/// Parses a run's meta: the block index (offsets within `[header, meta_offset)`, in order
+/// and without gaps; first keys strictly increasing) and the bloom filter.
+fn parse_meta(
+    meta: &[u8],
+    meta_offset: u64,
+) -> std::result::Result<(Vec<BlockRef>, Bloom), CorruptReason> {
+    let mut f = Fields { b: meta, at: 0 };
+    let count = f.u32()?;
+    let mut blocks: Vec<BlockRef> = Vec::new();
+    let mut expected_offset = RUN_HEADER_BYTES as u64;
+    for _ in 0..count {
+        let offset = f.u64()?;
+        let len = f.u32()?;
+        let key_len = f.u32()? as usize;
+        let first_key = Bytes::copy_from_slice(f.take(key_len)?);
+        if offset != expected_offset || len < 8 {
+            return Err(CorruptReason::Invalid("run: the block index has a gap"));
+        }
+        expected_offset = offset + u64::from(len);
+        if blocks.last().is_some_and(|b| b.first_key >= first_key) {
+            return Err(CorruptReason::Invalid("run: block keys out of order"));
+        }
+        blocks.push(BlockRef {
+            offset,
+            len,
+            first_key,
+        });
+    }
+    if expected_offset != meta_offset {
+        return Err(CorruptReason::Invalid(
+            "run: the blocks do not end where the meta begins",
+        ));
+    }
+    let hashes = f.u8()?;
+    let bit_bytes = f.u32()? as usize;
+    let bits = f.take(bit_bytes)?.to_vec();
+    if hashes == 0 || bits.is_empty() || !f.done() {
+        return Err(CorruptReason::Invalid("run: bloom filter"));
+    }
+    Ok((blocks, Bloom { hashes, bits }))
+}
+
+/// Decodes one framed block: its crc32, then its ops, keys strictly increasing from
+/// `first_key`.
+fn decode_block(framed: &[u8], first_key: &[u8]) -> std::result::Result<Vec<RunOp>, CorruptReason> {
+    let mut f = Fields { b: framed, at: 0 };
+    let body_len = f.u32()? as usize;
+    let body = f.take(body_len)?;
+    let stored = f.u32()?;
+    if !f.done() {
+        return Err(CorruptReason::Trailing(framed.len() - f.at));
+    }
+    crc_matches(stored, body)?;
+    let body = Bytes::copy_from_slice(body);
+    let mut f = Fields { b: &body, at: 0 };
+    let mut ops: Vec<RunOp> = Vec::new();
+    while !f.done() {
+        let tag = f.u8()?;
+        let key_len = f.u32()? as usize;
+        let key_at = f.at;
+        f.take(key_len)?;
+        let key = body.slice(key_at..key_at + key_len);
+        let value = match tag {
+            OP_PUT => {
+                let value_len = f.u32()? as usize;
+                let value_at = f.at;
+                f.take(value_len)?;
+                Some(body.slice(value_at..value_at + value_len))
+            }
+            OP_DELETE => None,
+            _ => return Err(CorruptReason::Invalid("run: op tag")),
+        };
+        let in_order = match ops.last() {
+            None => key[..] == *first_key,
+            Some((last, _)) => key > *last,
+        };
+        if !in_order {
+            return Err(CorruptReason::Invalid("run: keys out of order in a block"));
+        }
+        ops.push((key, value));
+    }
+    if ops.is_empty() {
+        return Err(CorruptReason::Invalid("run: an empty block"));
+    }
+    Ok(ops)
+}
+
+/// A run's ops in a range, block by block (see [`Run::iter`]). After an error it ends.
+pub(crate) struct RunIter<'a> {
+    run: &'a Run,
+    range: KeyRange,
+    direction: Direction,
+    /// The blocks not yet read: `next_block..end_block`.
+    next_block: usize,
+    end_block: usize,
+    ops: std::vec::IntoIter<RunOp>,
+    failed: bool,
+}
+
+impl Iterator for RunIter<'_> {
+    type Item = Result<RunOp>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if self.failed {
+                return None;
+            }
+            let op = match self.direction {
+                Direction::Forward => self.ops.next(),
+                Direction::Reverse => self.ops.next_back(),
+            };
+            if let Some(op) = op {
+                if self.range.contains(&op.0) {
+                    return Some(Ok(op));
+                }
+                continue;
+            }
+            if self.next_block >= self.end_block {
+                return None;
+            }
+            let i = match self.direction {
+                Direction::Forward => {
+                    self.next_block += 1;
+                    self.next_block - 1
+                }
+                Direction::Reverse => {
+                    self.end_block -= 1;
+                    self.end_block
+                }
+            };
+            match self.run.block(i, &[]) {
+                Ok(ops) => self.ops = ops.into_iter(),
+                Err(e) => {
+                    self.failed = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
+/// One input of a merge: its cursor and its age (0 the newest).
+struct Head {
+    op: RunOp,
+    age: usize,
+}
+
+impl PartialEq for Head {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Head {}
+impl PartialOrd for Head {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Head {
+    /// A max-heap pops the smallest key first, and of equal keys the newest input.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.op.0.cmp(&self.op.0).then(other.age.cmp(&self.age))
+    }
+}
+
+/// Merges `runs` (newest first) into `out`: each key once, with its newest op. With
+/// `drop_tombstones` (only for a merge whose output is the oldest run: nothing older can
+/// hold a key a tombstone must hide) deletes are left out.
+pub(crate) fn merge(runs: &[&Run], mut out: RunWriter, drop_tombstones: bool) -> Result<RunMeta> {
+    let mut iters: Vec<RunIter<'_>> = runs
+        .iter()
+        .map(|r| r.iter(&KeyRange::all(), Direction::Forward))
+        .collect();
+    let mut heap = BinaryHeap::with_capacity(iters.len());
+    for (age, it) in iters.iter_mut().enumerate() {
+        if let Some(op) = it.next() {
+            heap.push(Head { op: op?, age });
+        }
+    }
+    let mut last: Option<Bytes> = None;
+    while let Some(Head { op, age }) = heap.pop() {
+        if let Some(next) = iters[age].next() {
+            heap.push(Head { op: next?, age });
+        }
+        // The newest op of a key pops first; older ones of the same key are skipped.
+        if last.as_ref() == Some(&op.0) {
+            continue;
+        }
+        if !(drop_tombstones && op.1.is_none()) {
+            out.push(&op.0, op.1.as_deref())?;
+        }
+        last = Some(op.0);
+    }
+    out.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    use quickcheck::{QuickCheck, TestResult};
+
+    use super::*;
+    use crate::fs::{FileSystem, OpenMode, SimFs};
+
+    fn file(fs: &SimFs, name: &str) -> Box<dyn FsFile> {
+        fs.create_dir_all(Path::new("/r")).unwrap();
+        fs.open_file(&Path::new("/r").join(name), OpenMode::CreateTruncate)
+            .unwrap()
+    }
+
+    fn reopen(fs: &SimFs, name: &str) -> Box<dyn FsFile> {
+        fs.open_file(&Path::new("/r").join(name), OpenMode::Existing)
+            .unwrap()
+    }
+
+    /// Writes `ops` (any order, later wins) as run `id`, sorted; returns it opened.
+    fn write(fs: &SimFs, name: &str, id: u64, ops: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Run {
+        write_in(fs, name, id, ops, RUN_BLOCK_BYTES)
+    }
+
+    fn write_in(
+        fs: &SimFs,
+        name: &str,
+        id: u64,
+        ops: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+        block_bytes: usize,
+    ) -> Run {
+        let mut w = RunWriter::with_block_bytes(file(fs, name), "ks", id, block_bytes).unwrap();
+        for (k, v) in ops {
+            w.push(k, v.as_deref()).unwrap();
+        }
+        let meta = w.finish().unwrap();
+        assert_eq!(meta.ops, ops.len() as u64);
+        let run = Run::open(reopen(fs, name), "ks", id).unwrap();
+        assert_eq!(meta.bytes, reopen(fs, name).len().unwrap());
+        run
+    }
+
+    /// Keys of many lengths (to cross blocks) from small numbers.
+    fn key(n: u16) -> Vec<u8> {
+        let mut k = n.to_be_bytes().to_vec();
+        k.resize(2 + (n as usize % 7) * 300, n as u8);
+        k
+    }
+
+    type Spec = Vec<(u16, Option<u8>)>;
+
+    fn model(spec: &Spec) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+        spec.iter()
+            .map(|(k, v)| (key(*k % 512), v.map(|v| vec![v; v as usize * 97 % 5000])))
+            .collect()
+    }
+
+    fn lookup_of(m: &BTreeMap<Vec<u8>, Option<Vec<u8>>>, k: &[u8]) -> Lookup {
+        match m.get(k) {
+            None => Lookup::Absent,
+            Some(None) => Lookup::Deleted,
+            Some(Some(v)) => Lookup::Put(Bytes::copy_from_slice(v)),
+        }
+    }
+
+    fn range_of(a: u16, b: u16, kind: u8) -> KeyRange {
+        let (a, b) = (key(a % 512), key(b % 512));
+        let b_ = |k: Vec<u8>, inc: bool| {
+            if inc {
+                Bound::Included(Bytes::from(k))
+            } else {
+                Bound::Excluded(Bytes::from(k))
+            }
+        };
+        match kind % 5 {
+            0 => KeyRange::all(),
+            1 => KeyRange {
+                start: b_(a, true),
+                end: Bound::Unbounded,
+            },
+            2 => KeyRange {
+                start: Bound::Unbounded,
+                end: b_(b, kind.is_multiple_of(2)),
+            },
+            3 => KeyRange {
+                start: b_(a, false),
+                end: b_(b, true),
+            },
+            _ => KeyRange {
+                start: b_(a, true),
+                end: b_(b, false),
+            },
+        }
+    }
+
+    /// Checks a run against its model: every key's lookup (and keys it never held), and a
+    /// range both ways. `Err` says what differs.
+    fn check_run(
+        run: &Run,
+        m: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+        range: &KeyRange,
+    ) -> std::result::Result<(), String> {
+        for n in 0..600u16 {
+            let k = key(n);
+            let got = run.get(&k).map_err(|e| e.to_string())?;
+            if got != lookup_of(m, &k) {
+                return Err(format!("get {n}: {got:?}"));
+            }
+        }
+        let want: Vec<(Vec<u8>, Option<Vec<u8>>)> = m
+            .iter()
+            .filter(|(k, _)| range.contains(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for direction in [Direction::Forward, Direction::Reverse] {
+            let got: Vec<(Vec<u8>, Option<Vec<u8>>)> = run
+                .iter(range, direction)
+                .map(|r| r.map(|(k, v)| (k.to_vec(), v.map(|v| v.to_vec()))))
+                .collect::<Result<_>>()
+                .map_err(|e| e.to_string())?;
+            let mut want = want.clone();
+            if direction == Direction::Reverse {
+                want.reverse();
+            }
+            if got != want {
+                return Err(format!(
+                    "{direction:?} range: {} ops, want {}",
+                    got.len(),
+                    want.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_run_reads_back_as_its_ops_by_key_and_by_range_both_ways() {
+        fn prop(spec: Spec, a: u16, b: u16, kind: u8) -> TestResult {
+            let fs = SimFs::new();
+            let m = model(&spec);
+            // Blocks from one op each to 16 KiB.
+            let block_bytes = [1, 300, 4096, RUN_BLOCK_BYTES][kind as usize % 4];
+            let run = write_in(&fs, "a.run", 7, &m, block_bytes);
+            TestResult::from_bool(check_run(&run, &m, &range_of(a, b, kind)).is_ok())
+        }
+        QuickCheck::new()
+            .tests(300)
+            .quickcheck(prop as fn(Spec, u16, u16, u8) -> TestResult);
+    }
+
+    #[test]
+    fn the_run_check_rejects_a_wrong_value_a_lost_tombstone_and_a_missing_key() {
+        let fs = SimFs::new();
+        let spec: Spec = (0..200)
+            .map(|n| (n, (n % 5 != 0).then_some(n as u8)))
+            .collect();
+        let m = model(&spec);
+        let run = write(&fs, "a.run", 1, &m);
+        assert_eq!(check_run(&run, &m, &KeyRange::all()), Ok(()));
+        let mut wrong = m.clone();
+        wrong.insert(key(3), Some(b"other".to_vec()));
+        assert!(check_run(&run, &wrong, &KeyRange::all()).is_err());
+        let mut lost = m.clone();
+        lost.remove(&key(5));
+        assert!(check_run(&run, &lost, &KeyRange::all()).is_err());
+        let mut extra = m.clone();
+        extra.insert(key(400), None);
+        assert!(check_run(&run, &extra, &KeyRange::all()).is_err());
+    }
+
+    #[test]
+    fn a_merge_keeps_each_keys_newest_op_and_drops_tombstones_only_when_asked() {
+        fn prop(newer: Spec, older: Spec, oldest: Spec, drop: bool) -> TestResult {
+            let fs = SimFs::new();
+            let specs = [newer, older, oldest];
+            let runs: Vec<Run> = specs
+                .iter()
+                .enumerate()
+                .map(|(i, s)| write(&fs, &format!("{i}.run"), i as u64, &model(s)))
+                .collect();
+            // The oracle: the oldest run's ops, overwritten by each newer run's.
+            let mut want = BTreeMap::new();
+            for s in specs.iter().rev() {
+                want.extend(model(s));
+            }
+            if drop {
+                want.retain(|_, v| v.is_some());
+            }
+            let out = RunWriter::create(file(&fs, "m.run"), "ks", 9).unwrap();
+            let refs: Vec<&Run> = runs.iter().collect();
+            let meta = merge(&refs, out, drop).unwrap();
+            let merged = Run::open(reopen(&fs, "m.run"), "ks", 9).unwrap();
+            TestResult::from_bool(
+                meta.ops == want.len() as u64
+                    && check_run(&merged, &want, &KeyRange::all()).is_ok(),
+            )
+        }
+        QuickCheck::new()
+            .tests(200)
+            .quickcheck(prop as fn(Spec, Spec, Spec, bool) -> TestResult);
+    }
+
+    #[test]
+    fn the_merge_check_rejects_an_older_op_winning() {
+        let fs = SimFs::new();
+        let newer = model(&vec![(1, Some(1)), (2, None)]);
+        let older = model(&vec![(1, Some(2)), (2, Some(2)), (3, Some(3))]);
+        let a = write(&fs, "a.run", 1, &newer);
+        let b = write(&fs, "b.run", 2, &older);
+        // Inputs in the wrong order: the older run's ops win.
+        let out = RunWriter::create(file(&fs, "m.run"), "ks", 3).unwrap();
+        merge(&[&b, &a], out, false).unwrap();
+        let merged = Run::open(reopen(&fs, "m.run"), "ks", 3).unwrap();
+        let mut want = older.clone();
+        want.extend(newer);
+        assert!(check_run(&merged, &want, &KeyRange::all()).is_err());
+    }
+
+    #[test]
+    fn every_flipped_bit_and_every_cut_is_refused_or_answered_right_never_wrong() {
+        let fs = SimFs::new();
+        // Small blocks, short keys, a tombstone in four: every byte of the file is flipped,
+        // so it is kept small.
+        let m: BTreeMap<Vec<u8>, Option<Vec<u8>>> = (0..24u8)
+            .map(|n| (vec![b'k', n * 2], (n % 4 != 0).then(|| vec![n; 60])))
+            .collect();
+        let run = write_in(&fs, "a.run", 5, &m, 256);
+        assert!(run.blocks.len() >= 4, "the test needs several blocks");
+        let mut bytes = vec![0u8; reopen(&fs, "a.run").len().unwrap() as usize];
+        reopen(&fs, "a.run").read_at(0, &mut bytes).unwrap();
+        let keys: Vec<Vec<u8>> = (0..50u8).map(|n| vec![b'k', n]).collect();
+        let try_bytes = |b: &[u8]| {
+            let f = file(&fs, "x.run");
+            f.write_at(0, b).unwrap();
+            match Run::open(reopen(&fs, "x.run"), "ks", 5) {
+                Err(e) => assert!(matches!(e, Error::Corrupt { .. }), "{e}"),
+                Ok(run) => {
+                    // Opened: every answer is right, or the read is refused.
+                    for k in &keys {
+                        match run.get(k) {
+                            Ok(got) => assert_eq!(got, lookup_of(&m, k)),
+                            Err(e) => assert!(matches!(e, Error::Corrupt { .. }), "{e}"),
+                        }
+                    }
+                    for r in run.iter(&KeyRange::all(), Direction::Forward) {
+                        match r {
+                            Ok((k, v)) => assert_eq!(
+                                lookup_of(&m, &k),
+                                v.map_or(Lookup::Deleted, Lookup::Put)
+                            ),
+                            Err(e) => assert!(matches!(e, Error::Corrupt { .. }), "{e}"),
+                        }
+                    }
+                }
+            }
+        };
+        // A flip in the header, the meta (the block index and the bloom filter) or the
+        // footer is refused at open; one in a block, when the block is read.
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 1 << (i % 8);
+            try_bytes(&b);
+        }
+        for cut in 0..bytes.len() {
+            let f = file(&fs, "x.run");
+            f.write_at(0, &bytes[..cut]).unwrap();
+            assert!(
+                matches!(
+                    Run::open(reopen(&fs, "x.run"), "ks", 5),
+                    Err(Error::Corrupt { .. })
+                ),
+                "cut {cut}"
+            );
+        }
+        // The run opened under another id is refused.
+        let f = file(&fs, "y.run");
+        f.write_at(0, &bytes).unwrap();
+        assert!(matches!(
+            Run::open(reopen(&fs, "y.run"), "ks", 6),
+            Err(Error::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn any_bytes_open_as_a_run_or_are_refused_without_a_panic() {
+        fn prop(bytes: Vec<u8>, splice: Vec<u8>, at: usize) -> bool {
+            let fs = SimFs::new();
+            // Arbitrary bytes, and a valid run with arbitrary bytes written over it.
+            let spec: Spec = (0..30).map(|n| (n * 17, Some(n as u8))).collect();
+            write(&fs, "v.run", 1, &model(&spec));
+            for whole in [false, true] {
+                let f = file(&fs, "x.run");
+                if whole {
+                    let mut b = vec![0u8; reopen(&fs, "v.run").len().unwrap() as usize];
+                    reopen(&fs, "v.run").read_at(0, &mut b).unwrap();
+                    let at = at % b.len();
+                    let end = (at + splice.len()).min(b.len());
+                    b[at..end].copy_from_slice(&splice[..end - at]);
+                    f.write_at(0, &b).unwrap();
+                } else {
+                    f.write_at(0, &bytes).unwrap();
+                }
+                if let Ok(run) = Run::open(reopen(&fs, "x.run"), "ks", 1) {
+                    for n in (0..600).step_by(11) {
+                        let _ = run.get(&key(n));
+                    }
+                    let _ = run.iter(&KeyRange::all(), Direction::Reverse).count();
+                }
+            }
+            true
+        }
+        QuickCheck::new()
+            .tests(500)
+            .quickcheck(prop as fn(Vec<u8>, Vec<u8>, usize) -> bool);
+    }
+
+    #[test]
+    fn out_of_order_keys_are_refused_and_the_writer_stays_refused() {
+        let fs = SimFs::new();
+        let mut w = RunWriter::create(file(&fs, "a.run"), "ks", 1).unwrap();
+        w.push(b"b", Some(b"1")).unwrap();
+        assert!(matches!(w.push(b"b", None), Err(Error::InvalidInput(_))));
+        assert!(matches!(w.push(b"c", None), Err(Error::InvalidInput(_))));
+        assert!(matches!(w.finish(), Err(Error::InvalidInput(_))));
+        let mut w = RunWriter::create(file(&fs, "b.run"), "ks", 1).unwrap();
+        w.push(b"b", Some(b"1")).unwrap();
+        assert!(matches!(w.push(b"a", None), Err(Error::InvalidInput(_))));
+    }
+
+    #[test]
+    fn an_empty_run_opens_and_holds_nothing() {
+        let fs = SimFs::new();
+        let run = write(&fs, "a.run", 3, &BTreeMap::new());
+        assert_eq!((run.id(), run.ops()), (3, 0));
+        assert_eq!(run.get(b"x").unwrap(), Lookup::Absent);
+        assert_eq!(run.iter(&KeyRange::all(), Direction::Reverse).count(), 0);
+    }
+
+    #[test]
+    fn the_bloom_filter_passes_few_absent_keys() {
+        let keys: Vec<Vec<u8>> = (0..20_000u32).map(|n| n.to_be_bytes().to_vec()).collect();
+        let bloom = Bloom::with_keys(
+            keys.iter()
+                .map(|k| key_hashes(k))
+                .collect::<Vec<_>>()
+                .into_iter(),
+        );
+        assert!(keys.iter().all(|k| bloom.may_contain(k)));
+        let passed = (20_000..120_000u32)
+            .filter(|n| bloom.may_contain(&n.to_be_bytes()))
+            .count();
+        // ~1 % expected at 10 bits a key; 2 % is the bound a broken filter would pass.
+        assert!(passed < 2_000, "{passed} of 100,000 absent keys passed");
+    }
+}
