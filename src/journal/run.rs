@@ -62,6 +62,9 @@ pub(crate) const BLOOM_HASHES: u8 = 7;
 
 const OP_PUT: u8 = 1;
 const OP_DELETE: u8 = 2;
+/// The shortest framed block: `body_len`, one op (a delete of the empty key: tag and
+/// `key_len`), the crc32. A block holds at least one op.
+const MIN_FRAMED_BLOCK_BYTES: u32 = 4 + 1 + 4 + 4;
 
 /// What a run says of a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -567,8 +570,11 @@ fn parse_meta(
         let len = f.u32()?;
         let key_len = f.u32()? as usize;
         let first_key = Bytes::copy_from_slice(f.take(key_len)?);
-        if offset != expected_offset || len < 8 {
+        if offset != expected_offset {
             return Err(CorruptReason::Invalid("run: the block index has a gap"));
+        }
+        if len < MIN_FRAMED_BLOCK_BYTES {
+            return Err(CorruptReason::Invalid("run: a block too short for an op"));
         }
         expected_offset = offset + u64::from(len);
         if blocks.last().is_some_and(|b| b.first_key >= first_key) {
@@ -1077,6 +1083,213 @@ mod tests {
         let mut w = RunWriter::create(file(&fs, "b.run"), "ks", 1).unwrap();
         w.push(b"b", Some(b"1")).unwrap();
         assert!(matches!(w.push(b"a", None), Err(Error::InvalidInput(_))));
+    }
+
+    /// A run as the module's layout describes it, encoded here and not by [`RunWriter`]:
+    /// an independent encoder, so a test can build files the writer never writes. Its
+    /// bloom filter passes every key (all bits set).
+    struct Raw {
+        /// Framed blocks: `body_len ‖ body ‖ crc32(body)`, and any bytes a test adds.
+        blocks: Vec<Vec<u8>>,
+        /// Per block: offset, framed length, first key.
+        index: Vec<(u64, u32, Vec<u8>)>,
+        hashes: u8,
+        bits: Vec<u8>,
+        /// Bytes after the bloom filter, inside the meta.
+        meta_tail: Vec<u8>,
+    }
+
+    fn raw_op(body: &mut Vec<u8>, k: &[u8], v: Option<&[u8]>) {
+        body.push(if v.is_some() { 1 } else { 2 });
+        body.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        body.extend_from_slice(k);
+        if let Some(v) = v {
+            body.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            body.extend_from_slice(v);
+        }
+    }
+
+    fn raw_frame(body: &[u8]) -> Vec<u8> {
+        let mut b = (body.len() as u32).to_le_bytes().to_vec();
+        b.extend_from_slice(body);
+        b.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
+        b
+    }
+
+    impl Raw {
+        fn new(blocks: &[&[RawOp<'_>]]) -> Raw {
+            let mut raw = Raw {
+                blocks: Vec::new(),
+                index: Vec::new(),
+                hashes: 7,
+                bits: vec![0xff; 8],
+                meta_tail: Vec::new(),
+            };
+            for ops in blocks {
+                let mut body = Vec::new();
+                for (k, v) in *ops {
+                    raw_op(&mut body, k, *v);
+                }
+                raw.blocks.push(raw_frame(&body));
+                raw.index.push((0, 0, ops[0].0.to_vec()));
+            }
+            raw.place();
+            raw
+        }
+
+        /// Sets each index entry's offset and length from the blocks as they are now.
+        fn place(&mut self) {
+            let mut at = 32u64;
+            for (b, e) in self.blocks.iter().zip(&mut self.index) {
+                (e.0, e.1) = (at, b.len() as u32);
+                at += b.len() as u64;
+            }
+        }
+
+        fn bytes(&self, id: u64, op_count: u64) -> Vec<u8> {
+            let mut out = b"FPR1".to_vec();
+            out.push(1);
+            out.extend_from_slice(&[0; 3]);
+            out.extend_from_slice(&id.to_le_bytes());
+            out.extend_from_slice(&[0; 12]);
+            let crc = crc32fast::hash(&out);
+            out.extend_from_slice(&crc.to_le_bytes());
+            for b in &self.blocks {
+                out.extend_from_slice(b);
+            }
+            let meta_offset = out.len() as u64;
+            let mut meta = (self.index.len() as u32).to_le_bytes().to_vec();
+            for (offset, len, key) in &self.index {
+                meta.extend_from_slice(&offset.to_le_bytes());
+                meta.extend_from_slice(&len.to_le_bytes());
+                meta.extend_from_slice(&(key.len() as u32).to_le_bytes());
+                meta.extend_from_slice(key);
+            }
+            meta.push(self.hashes);
+            meta.extend_from_slice(&(self.bits.len() as u32).to_le_bytes());
+            meta.extend_from_slice(&self.bits);
+            meta.extend_from_slice(&self.meta_tail);
+            let mut footer = meta_offset.to_le_bytes().to_vec();
+            footer.extend_from_slice(&op_count.to_le_bytes());
+            footer.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+            footer.extend_from_slice(&crc32fast::hash(&meta).to_le_bytes());
+            let crc = crc32fast::hash(&footer);
+            footer.extend_from_slice(&crc.to_le_bytes());
+            footer.extend_from_slice(b"FPRE");
+            out.extend_from_slice(&meta);
+            out.extend_from_slice(&footer);
+            out
+        }
+
+        fn open(&self, fs: &SimFs) -> Result<Run> {
+            let ops = self.blocks.len() as u64;
+            file(fs, "raw.run")
+                .write_at(0, &self.bytes(11, ops))
+                .unwrap();
+            Run::open(reopen(fs, "raw.run"), "ks", 11)
+        }
+    }
+
+    /// A key and `Some(value)` (a put) or `None` (a delete), for [`Raw::new`].
+    type RawOp<'a> = (&'a [u8], Option<&'a [u8]>);
+
+    const EMPTY: &[u8] = b"";
+
+    /// The raw encoder and the reader agree, down to a block of the shortest length (one
+    /// delete of the empty key: 13 bytes framed).
+    #[test]
+    fn a_run_encoded_from_the_layout_opens_and_reads() {
+        let fs = SimFs::new();
+        let raw = Raw::new(&[
+            &[(EMPTY, None)],
+            &[(b"a", Some(b"1")), (b"b", None)],
+            &[(b"c", Some(b""))],
+        ]);
+        assert_eq!(raw.blocks[0].len(), 13);
+        let run = raw.open(&fs).unwrap();
+        assert_eq!(run.get(b"").unwrap(), Lookup::Deleted);
+        assert_eq!(
+            run.get(b"a").unwrap(),
+            Lookup::Put(Bytes::from_static(b"1"))
+        );
+        assert_eq!(run.get(b"b").unwrap(), Lookup::Deleted);
+        assert_eq!(run.get(b"c").unwrap(), Lookup::Put(Bytes::new()));
+        assert_eq!(run.get(b"bb").unwrap(), Lookup::Absent);
+        let keys: Vec<Bytes> = run
+            .iter(&KeyRange::all(), Direction::Reverse)
+            .map(|r| r.unwrap().0)
+            .collect();
+        assert_eq!(keys, [&b"c"[..], b"b", b"a", b""]);
+    }
+
+    /// Files whose checksums all hold but whose layout is broken are refused at open, each
+    /// by its own check.
+    #[test]
+    fn a_run_with_a_broken_layout_is_refused_at_open() {
+        let fs = SimFs::new();
+        let good = || Raw::new(&[&[(b"a", Some(b"1"))], &[(b"c", None)]]);
+        assert!(good().open(&fs).is_ok());
+        let refused = |raw: Raw, why: &str| match raw.open(&fs) {
+            Err(Error::Corrupt { .. }) => {}
+            other => panic!("{why}: {other:?}"),
+        };
+        let mut r = good();
+        r.index[1].0 += 1;
+        refused(r, "a gap in the index");
+        // A block of 12 bytes (a body of 4 that is no op), the index consistent with it.
+        let mut r = good();
+        r.blocks[0] = raw_frame(b"abcd");
+        r.place();
+        refused(r, "a block too short for an op");
+        let mut r = Raw::new(&[&[(b"c", Some(b"1"))], &[(b"a", None)]]);
+        r.place();
+        refused(r, "first keys out of order");
+        let mut r = good();
+        r.index.pop();
+        refused(r, "blocks not ending at the meta");
+        let mut r = good();
+        r.hashes = 0;
+        refused(r, "a filter of no hashes");
+        let mut r = good();
+        r.bits.clear();
+        refused(r, "a filter of no bits");
+        let mut r = good();
+        r.meta_tail = vec![0];
+        refused(r, "bytes after the filter");
+    }
+
+    /// A block whose checksum holds but whose ops repeat a key, or whose index length
+    /// runs past its crc32, is refused when read, naming why.
+    #[test]
+    fn a_block_with_a_repeated_key_or_trailing_bytes_is_refused_when_read() {
+        let fs = SimFs::new();
+        let run = Raw::new(&[&[(b"a", Some(b"1")), (b"a", Some(b"2"))]])
+            .open(&fs)
+            .unwrap();
+        assert!(matches!(run.get(b"a"), Err(Error::Corrupt { .. })));
+        let mut r = Raw::new(&[&[(b"a", Some(b"1"))]]);
+        r.blocks[0].extend_from_slice(&[0; 4]);
+        r.place();
+        let run = r.open(&fs).unwrap();
+        match run.get(b"a") {
+            Err(Error::Corrupt { reason, .. }) => assert_eq!(reason, CorruptReason::Trailing(4)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A block closes at the first op that brings it to its size, not before: 61-byte ops
+    /// in 256-byte blocks make blocks of 5 ops (305 bytes), and the default size holds
+    /// them all in one.
+    #[test]
+    fn a_block_closes_once_it_reaches_its_size() {
+        let fs = SimFs::new();
+        let m: BTreeMap<Vec<u8>, Option<Vec<u8>>> = (0..100u16)
+            .map(|n| (n.to_be_bytes().to_vec(), Some(vec![7; 50])))
+            .collect();
+        assert_eq!(write_in(&fs, "a.run", 1, &m, 256).blocks.len(), 20);
+        assert_eq!(write_in(&fs, "b.run", 2, &m, 305).blocks.len(), 20);
+        assert_eq!(write_in(&fs, "c.run", 3, &m, 306).blocks.len(), 17);
+        assert_eq!(write(&fs, "d.run", 4, &m).blocks.len(), 1);
     }
 
     #[test]
