@@ -12,7 +12,11 @@
 //! * `journal_disk`: on a real directory with the background applier and the default sizes;
 //! * `journal_disk_small`: a real directory, the background applier and tiny sizes;
 //! * `journal_separating`: `journal_sim` with the keyspace keeping values of 64 bytes or
-//!   more in the journal (ADR 0013): the model's large values are read through pointers.
+//!   more in the journal (ADR 0013): the model's large values are read through pointers;
+//! * `journal_runs`: `journal_sim` with the keyspace indexed by sorted runs (ADR 0014) and a
+//!   run's blocks closed every few bytes, so each apply step writes a run of many blocks
+//!   and reads merge many runs, the newest winning and its tombstones hiding older ones;
+//! * `journal_runs_disk_small`: `journal_disk_small` with the keyspace indexed by runs.
 //!
 //! The expected answers are computed here from a `BTreeMap` with this file's own bound logic,
 //! never with the crate's `KeyRange::contains`, so a wrong bound in the crate cannot agree
@@ -59,6 +63,11 @@ fn small(applier: Applier) -> JournalOptions {
         ..JournalOptions::default()
     }
 }
+
+/// Body bytes of a run's block in the runs fixtures. Why: a case writes tens of small
+/// pairs, so a block of ~16 bytes closes after one or two ops and a run has many blocks:
+/// the block index's search and the cursors' moves between blocks are exercised.
+const RUN_BLOCK_BYTES_SMALL: usize = 16;
 
 /// A database under test, reopenable when it lives on disk.
 struct Fixture {
@@ -163,6 +172,35 @@ impl Fixture {
             small(Applier::Inline),
             KeyspaceOptions::separating_values_from(SEPARATE_VALUES_MIN_BYTES),
             None,
+        )
+    }
+
+    /// `journal_sim` with the keyspace indexed by runs (ADR 0014), blocks of ~16 bytes.
+    fn journal_runs() -> Self {
+        Self::journal_with(
+            Arc::new(SimFs::new()),
+            "/j".into(),
+            JournalOptions {
+                run_block_bytes: RUN_BLOCK_BYTES_SMALL,
+                ..small(Applier::Inline)
+            },
+            KeyspaceOptions::indexed_by_runs(),
+            None,
+        )
+    }
+
+    fn journal_runs_disk_small() -> Self {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("journal");
+        Self::journal_with(
+            Arc::new(StdFs),
+            dir,
+            JournalOptions {
+                run_block_bytes: RUN_BLOCK_BYTES_SMALL,
+                ..small(Applier::Background)
+            },
+            KeyspaceOptions::indexed_by_runs(),
+            Some(tmp),
         )
     }
 
@@ -629,7 +667,10 @@ macro_rules! conformance {
 /// an fsync can take ~10 ms, so the disk backends get fewer cases to keep the file well
 /// under 20 s; `SimFs` and memory cost no fsync.
 fn model_cases(backend: &str) -> u64 {
-    if matches!(backend, "memory" | "journal_sim" | "journal_separating") {
+    if matches!(
+        backend,
+        "memory" | "journal_sim" | "journal_separating" | "journal_runs"
+    ) {
         500
     } else {
         60
@@ -642,6 +683,8 @@ conformance!(journal_sim, Fixture::journal_sim());
 conformance!(journal_disk, Fixture::journal_disk());
 conformance!(journal_disk_small, Fixture::journal_disk_small());
 conformance!(journal_separating, Fixture::journal_separating());
+conformance!(journal_runs, Fixture::journal_runs());
+conformance!(journal_runs_disk_small, Fixture::journal_runs_disk_small());
 
 mod model {
     use super::*;

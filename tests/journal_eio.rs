@@ -3,7 +3,9 @@
 //! pending writes for good (a later sync does not bring them back: "fsyncgate"), and the
 //! machine stays up. The workload is a seeded plan over three keyspaces — single-keyspace
 //! writes and multi-keyspace `JournalEngine::commit`s, `Synced` and `Buffered`, explicit
-//! checkpoints — with segments, checkpoints and the overlay budget shrunk so that segments
+//! checkpoints; "blocks" separating its large values (ADR 0013), "app" indexed by sorted
+//! runs (ADR 0014: a run written per apply step, synced with its directory by the
+//! checkpoint that lists it) — with segments, checkpoints and the overlay budget shrunk so that segments
 //! roll, checkpoints run and trims delete segments, then one final `checkpoint`; with the
 //! applier inline and in the background.
 //!
@@ -254,6 +256,14 @@ fn run(fs: &SimFs, steps: &[Step], options: JournalOptions) -> (Outcome, Option<
         KEYSPACES[0],
         flushpoint::KeyspaceOptions::separating_values_from(64),
     ) {
+        out.first_err = Some(("keyspace_with".into(), e.kind(), e.to_string(), fs.ops()));
+        return (out, Some(engine));
+    }
+    // The third is indexed by runs (ADR 0014): its directory's creation, its record, and
+    // every run's write, sync and directory sync meet the faults too.
+    if let Err(e) =
+        engine.keyspace_with(KEYSPACES[2], flushpoint::KeyspaceOptions::indexed_by_runs())
+    {
         out.first_err = Some(("keyspace_with".into(), e.kind(), e.to_string(), fs.ops()));
         return (out, Some(engine));
     }

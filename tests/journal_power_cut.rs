@@ -2,7 +2,10 @@
 //! an empty directory (its creation, the index's atomic creation), then a seeded plan of
 //! units over three keyspaces — single-keyspace writes (synced and buffered), multi-keyspace
 //! commits, explicit checkpoints; "blocks" keeps its larger values in the journal and the
-//! index points at them (ADR 0013), so trims wait for pointers to go — with segments, checkpoints and the overlay budget shrunk
+//! index points at them (ADR 0013), so trims wait for pointers to go; "app" is indexed by
+//! sorted runs (ADR 0014), so every apply step writes a run and every checkpoint syncs its
+//! runs and their directory before the commit that lists them — with segments, checkpoints
+//! and the overlay budget shrunk
 //! so that segments roll, checkpoints run and trims delete segments many times in a run.
 //! The applier runs inline, so a run's operations are the same every time and cut `k` is
 //! one fixed operation.
@@ -52,6 +55,9 @@ const SEED_DEFAULT: u64 = 0x0a11_0c47;
 /// The smallest value "blocks" keeps in the journal. Why: the plan's values are 8–127 or
 /// 600 bytes, so both inline values and pointers are written, replaced and deleted.
 const SEPARATE_FROM: u32 = 64;
+/// Body bytes of a run's block in this test. Why: a run of a few small ops then has
+/// several blocks, so a cut can land between any two of its writes.
+const RUN_BLOCK_BYTES: usize = 64;
 /// Buffered units in a burst. Why: three of ~160 bytes pass `OVERLAY_BYTES`.
 const BURST_UNITS: u32 = 3;
 
@@ -61,6 +67,7 @@ fn options() -> JournalOptions {
         checkpoint_bytes: CHECKPOINT_BYTES,
         overlay_bytes_max: OVERLAY_BYTES,
         applier: Applier::Inline,
+        run_block_bytes: RUN_BLOCK_BYTES,
         ..JournalOptions::default()
     }
 }
@@ -231,13 +238,16 @@ fn run_with(
     ) else {
         return (out, None);
     };
-    let dbs: Vec<_> = std::iter::once(blocks)
-        .chain(
-            KEYSPACES[1..]
-                .iter()
-                .map(|n| engine.keyspace(n).expect("keyspace")),
-        )
-        .collect();
+    // "app" is indexed by runs (ADR 0014): a cut can land in its directory's creation and
+    // its record, and in every run's write and sync.
+    let Ok(app) = engine.keyspace_with(KEYSPACES[2], KeyspaceOptions::indexed_by_runs()) else {
+        return (out, None);
+    };
+    let dbs = [
+        blocks,
+        engine.keyspace(KEYSPACES[1]).expect("keyspace"),
+        app,
+    ];
     let durability = |s: bool| {
         if s {
             Durability::Synced

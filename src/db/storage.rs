@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use redb::{BackendError, StorageBackend};
 
+use crate::poison::Poison;
+
 /// Shared counters of a backend's calls.
 #[derive(Debug, Default)]
 pub struct BackendCounters {
@@ -59,6 +61,9 @@ impl BackendCounters {
 pub struct CountingBackend<B> {
     inner: B,
     counters: Arc<BackendCounters>,
+    /// Once this poison is set, every write, `set_len` and `sync_data` fails without
+    /// reaching the file (see [`CountingBackend::fenced_by`]).
+    fence: Option<Arc<Poison>>,
 }
 
 impl<B: StorageBackend> CountingBackend<B> {
@@ -67,6 +72,27 @@ impl<B: StorageBackend> CountingBackend<B> {
         CountingBackend {
             inner,
             counters: Arc::default(),
+            fence: None,
+        }
+    }
+
+    /// Fences the file with `poison`: once it is set, redb's writes and syncs fail without
+    /// reaching the file, so nothing redb does after a failure elsewhere — its close's
+    /// durable commit included — makes its non-durable commits durable. The journal's index
+    /// needs it: a non-durable apply step may list runs not yet synced (ADR 0014), which only
+    /// a checkpoint may make durable, after their syncs.
+    pub(crate) fn fenced_by(mut self, poison: Arc<Poison>) -> Self {
+        self.fence = Some(poison);
+        self
+    }
+
+    /// `Err` once the fence's poison is set.
+    fn check_fence(&self) -> IoResult<()> {
+        match &self.fence {
+            Some(p) if p.is_set() => Err(std::io::Error::other(
+                "the index is fenced: the engine was poisoned by an earlier failure",
+            )),
+            _ => Ok(()),
         }
     }
     /// The shared counters.
@@ -85,14 +111,17 @@ impl<B: StorageBackend> StorageBackend for CountingBackend<B> {
         self.inner.read(offset, out)
     }
     fn set_len(&self, len: u64) -> IoResult<()> {
+        self.check_fence()?;
         self.counters.set_len_calls.fetch_add(1, Ordering::SeqCst);
         self.inner.set_len(len)
     }
     fn sync_data(&self) -> IoResult<()> {
+        self.check_fence()?;
         self.counters.sync_data_calls.fetch_add(1, Ordering::SeqCst);
         self.inner.sync_data()
     }
     fn write(&self, offset: u64, data: &[u8]) -> IoResult<()> {
+        self.check_fence()?;
         self.counters.write_calls.fetch_add(1, Ordering::SeqCst);
         self.counters
             .bytes_written

@@ -27,6 +27,7 @@ use redb::{
 };
 
 use super::overlay::{KeyOrdered, NewestPerKey, Overlay, UnitOps};
+use super::run::{Lookup, MergedRuns, RUN_BLOCK_BYTES, Run, RunIter, RunWriter};
 use super::unit::{self, Decoded, Header, KEYSPACE_NAME_BYTES_MAX, Layout, Sections, UnitOp};
 use crate::db::{
     BackendCounters, BackendCounts, Batch, CountingBackend, Db, DbIter, Direction, Durability,
@@ -125,6 +126,21 @@ const META_APPLIED_END_SEGMENT: &str = "applied_end_segment";
 const META_APPLIED_END_OFFSET: &str = "applied_end_offset";
 /// Prefix of a keyspace's table name in the index.
 const KEYSPACE_TABLE_PREFIX: &str = "ks.";
+/// Meta key prefix: `index.<keyspace>` → how the keyspace is indexed, present for the
+/// keyspaces indexed by runs only ([`INDEX_KIND_RUNS`]; ADR 0014). Written in the durable
+/// commit that creates the keyspace, as `separate.` is.
+const META_INDEX_PREFIX: &str = "index.";
+/// `index.<keyspace>`'s value for a keyspace indexed by sorted runs.
+const INDEX_KIND_RUNS: u64 = 1;
+/// The runs manifest: (keyspace, run id) → level (0 for every run today; ADR 0014). A row
+/// is written by the apply step that writes its run (`Durability::None`), so it becomes
+/// durable with the next checkpoint only, which syncs the run first.
+const RUNS: TableDefinition<(&str, u64), u64> = TableDefinition::new("journal.runs");
+/// The level of a run written by an apply step.
+const RUN_LEVEL_STEP: u64 = 0;
+/// The journal's subdirectory holding one directory of run files per keyspace indexed by
+/// runs (ADR 0014): `runs/<keyspace>/<id>.run`.
+pub const RUNS_DIR: &str = "runs";
 /// Meta key prefix: `separate.<keyspace>` → the smallest value that keyspace keeps in the
 /// journal (ADR 0013). Present exactly for the keyspaces whose index values are tagged.
 const META_SEPARATE_PREFIX: &str = "separate.";
@@ -155,6 +171,20 @@ pub fn segment_file_name(index: u64) -> String {
     format!("{index:020}.seg")
 }
 
+/// The file name of run `id`: 20 decimal digits and `.run`.
+fn run_file_name(id: u64) -> String {
+    format!("{id:020}.run")
+}
+
+/// The run id a file name in a keyspace's runs directory names, if it names one.
+fn parse_run_file_name(name: &std::ffi::OsStr) -> Option<u64> {
+    let digits = name.to_str()?.strip_suffix(".run")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
 /// Who applies durable units to redb.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -165,10 +195,28 @@ pub enum Applier {
     Inline,
 }
 
+/// How a keyspace's applied entries are indexed ([`KeyspaceOptions::index`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyspaceIndex {
+    /// A table in the journal's redb index (the default).
+    #[default]
+    Tree,
+    /// Sorted run files (ADR 0014): each apply step writes the keyspace's ops as one
+    /// immutable run, synced before the checkpoint that lists it; a read asks the runs
+    /// newest first (a bloom filter, then one block). For small values under random keys
+    /// (an app's state), whose inserts into a B-tree larger than its cache read and
+    /// rewrite most of its leaves every step. Runs are not merged yet (ADR 0014, step 3):
+    /// each apply step adds one, and a read of an absent key probes every run's filter.
+    Runs,
+}
+
 /// Options of a keyspace, fixed when it is created ([`JournalEngine::keyspace_with`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct KeyspaceOptions {
+    /// How its applied entries are indexed. Runs and separated values are exclusive.
+    pub index: KeyspaceIndex,
     /// Values of at least this many bytes are written once, to the journal: the index
     /// holds a pointer to the value's bytes in its unit (ADR 0013), and the segment is
     /// kept while any pointer into it remains. For values written once and deleted
@@ -183,6 +231,15 @@ impl KeyspaceOptions {
     pub fn separating_values_from(bytes: u32) -> Self {
         KeyspaceOptions {
             separate_values_from: Some(bytes),
+            ..KeyspaceOptions::default()
+        }
+    }
+
+    /// Options indexing the keyspace by sorted runs ([`KeyspaceIndex::Runs`]).
+    pub fn indexed_by_runs() -> Self {
+        KeyspaceOptions {
+            index: KeyspaceIndex::Runs,
+            ..KeyspaceOptions::default()
         }
     }
 }
@@ -219,6 +276,10 @@ pub struct JournalOptions {
     /// one is ready ([`PREPARED_UNITS_BELOW_BYTES`], the default). `u64::MAX`: every synced
     /// unit's roll takes a prepared segment; 0: none does.
     pub prepared_units_below_bytes: u64,
+    /// Body bytes after which a run file's block closes (keyspaces indexed by runs; at
+    /// least 1). Default [`RUN_BLOCK_BYTES`]: a point read costs one `pread` of one block.
+    /// Tests use a few bytes so that a run has many blocks.
+    pub run_block_bytes: usize,
 }
 
 impl Default for JournalOptions {
@@ -233,6 +294,7 @@ impl Default for JournalOptions {
             applier: Applier::Background,
             prepare_segments: true,
             prepared_units_below_bytes: PREPARED_UNITS_BELOW_BYTES,
+            run_block_bytes: RUN_BLOCK_BYTES,
         }
     }
 }
@@ -274,6 +336,12 @@ pub struct JournalCounts {
     /// Bytes of held segments given back to the file system around the kept values
     /// (`FsFile::punch_hole`; ADR 0013).
     pub bytes_punched: u64,
+    /// Run files written by apply steps (keyspaces indexed by runs; ADR 0014).
+    pub runs_written: u64,
+    /// Their bytes.
+    pub run_bytes_written: u64,
+    /// `sync_data` calls on run files (one per run, by the checkpoint that lists it).
+    pub run_sync_data_calls: u64,
     /// The index file's own I/O (redb's).
     pub index: BackendCounts,
 }
@@ -325,6 +393,9 @@ struct Counters {
     values_read_from_journal: AtomicU64,
     segments_kept_for_values: AtomicU64,
     bytes_punched: AtomicU64,
+    runs_written: AtomicU64,
+    run_bytes_written: AtomicU64,
+    run_sync_data_calls: AtomicU64,
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -382,6 +453,16 @@ struct State {
     /// 0, included): where the values kept in it lie (offset, length). What is not one of
     /// them is dead once the segment is held, and is given back then.
     value_ranges: BTreeMap<u64, Vec<(u64, u64)>>,
+    /// Keyspaces indexed by runs: name → their readable runs, newest first (ADR 0014). A
+    /// run enters under the same lock as its units leave the overlay; a snapshot clones
+    /// the `Arc`, and a step replaces the list rather than change one a reader holds.
+    runs: HashMap<String, RunList>,
+    /// Runs written since the last checkpoint, oldest first: synced, with their
+    /// directories, by the next checkpoint before its commit makes their manifest rows
+    /// durable.
+    unsynced_runs: Vec<(String, Arc<Run>)>,
+    /// The id the next run written takes: above every run file seen on open.
+    next_run_id: u64,
 }
 
 #[derive(Debug)]
@@ -406,7 +487,8 @@ struct Shared {
     options: JournalOptions,
     index: Database,
     index_counters: Arc<BackendCounters>,
-    poison: Poison,
+    /// The engine's poison; it also fences the index file (`CountingBackend::fenced_by`).
+    poison: Arc<Poison>,
     writer: Mutex<Writer>,
     apply: Mutex<()>,
     /// True when the spare segment is prepared (zeros durable). Held while one is being
@@ -552,7 +634,10 @@ impl JournalEngine {
             .map_err(io_err("open file", &index_path))?;
         let backend =
             FsBackend::new(file).map_err(|e| Error::storage(ENGINE_NAME, "open index", e))?;
-        let counting = CountingBackend::new(backend);
+        // Fenced by the engine's poison: after a failure, redb's close must not make the
+        // non-durable apply steps durable (they may list runs not yet synced; ADR 0014).
+        let poison = Arc::new(Poison::default());
+        let counting = CountingBackend::new(backend).fenced_by(poison.clone());
         let index_counters = counting.counters();
         let index = Database::builder()
             .set_cache_size(options.index_cache_bytes)
@@ -573,6 +658,8 @@ impl JournalEngine {
             }
         }
         let scan = scan(&*fs, dir, applied_seq, first_segment, applied_end)?;
+        // Every run the manifest lists is there and whole (reads only; ADR 0014).
+        let runs = open_runs(&*fs, dir, read_runs_meta(&index)?)?;
         // Every segment a live row names is held (checked above) or read by the scan: a
         // row past a gap would point into a number the next roll reuses.
         if let Some((&i, _)) = live
@@ -639,6 +726,19 @@ impl JournalEngine {
                 }
             }
         }
+        // Runs no durable manifest lists: written by an apply step or a checkpoint's syncs
+        // that the crash came before. Their units are replayed below, into new runs.
+        // Crash: an unlink lost here leaves an unlisted run: the next open deletes it.
+        for path in &runs.unlisted {
+            match fs.remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err("remove run", path)(e)),
+            }
+        }
+        for d in &runs.missing_dirs {
+            create_dir_all_durably(&*fs, d).map_err(io_err("create directory", d))?;
+        }
         // A spare left by a crash may be partly zeroed: prepared again when needed. Not the
         // one this open prepared.
         if spare_prepared {
@@ -671,6 +771,9 @@ impl JournalEngine {
             epoch: 0,
             pins: BTreeMap::new(),
             value_ranges: BTreeMap::new(),
+            runs: runs.runs,
+            unsynced_runs: Vec::new(),
+            next_run_id: runs.next_id,
         };
         for (header, sections, at) in scan.replay {
             push_unit(&mut state, header.seq, Arc::new(UnitOps::new(sections)), at);
@@ -681,7 +784,7 @@ impl JournalEngine {
             options,
             index,
             index_counters,
-            poison: Poison::default(),
+            poison,
             writer: Mutex::new(Writer {
                 file,
                 segment,
@@ -750,13 +853,15 @@ impl JournalEngine {
 
     /// The keyspace `name`, created with `options` if it does not exist yet. A keyspace's
     /// options are fixed at creation: an existing one (in the index, or written since
-    /// open) keeps its own, which [`JournalDb::options`] reports. Separation is recorded
-    /// in the index with a durable commit before this returns, so the keyspace's first
-    /// value is applied under it.
+    /// open) keeps its own, which [`JournalDb::options`] reports. Separation and an index
+    /// of runs are recorded in the index with a durable commit before this returns (a
+    /// runs keyspace's directory created durably before it), so the keyspace's first
+    /// value is applied under them.
     ///
-    /// Errors: [`Error::InvalidInput`] for a bad name or a threshold below
-    /// [`SEPARATE_VALUES_MIN_BYTES`], before anything is written; a failed record
-    /// poisons the engine.
+    /// Errors: [`Error::InvalidInput`] for a bad name, a threshold below
+    /// [`SEPARATE_VALUES_MIN_BYTES`], separation asked with runs, or (runs) a name that is
+    /// not ASCII letters, digits, `_` and `-` (it names a directory), before anything is
+    /// written; a failed record poisons the engine.
     pub fn keyspace_with(&self, name: &str, options: KeyspaceOptions) -> Result<Arc<JournalDb>> {
         check_keyspace_name(name)?;
         if let Some(from) = options.separate_values_from
@@ -767,9 +872,28 @@ impl JournalEngine {
                  {SEPARATE_VALUES_MIN_BYTES} bytes, not {from}"
             )));
         }
+        let runs = options.index == KeyspaceIndex::Runs;
+        if runs && options.separate_values_from.is_some() {
+            return Err(Error::InvalidInput(format!(
+                "journal keyspace {name:?}: a keyspace indexed by runs keeps its values in \
+                 its runs; separated values are for a keyspace indexed by the tree"
+            )));
+        }
+        if runs
+            && !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return Err(Error::InvalidInput(format!(
+                "journal keyspace {name:?}: a keyspace indexed by runs names a directory: \
+                 ASCII letters, digits, '_' and '-' only"
+            )));
+        }
         let db = self.keyspace(name)?;
-        let Some(from) = options.separate_values_from else {
-            return Ok(db);
+        let record = match (options.separate_values_from, runs) {
+            (Some(from), _) => (format!("{META_SEPARATE_PREFIX}{name}"), u64::from(from)),
+            (None, true) => (format!("{META_INDEX_PREFIX}{name}"), INDEX_KIND_RUNS),
+            (None, false) => return Ok(db),
         };
         let s = &self.handle.shared;
         // The apply lock: no unit of this keyspace is applied while its format is decided.
@@ -777,7 +901,10 @@ impl JournalEngine {
         s.poison.check(name)?;
         {
             let st = s.lock_state();
-            if st.separated.contains_key(name) || st.queue.iter().any(|u| u.ops.writes(name)) {
+            if st.separated.contains_key(name)
+                || st.runs.contains_key(name)
+                || st.queue.iter().any(|u| u.ops.writes(name))
+            {
                 return Ok(db);
             }
         }
@@ -791,28 +918,52 @@ impl JournalEngine {
         if exists {
             return Ok(db);
         }
+        if runs {
+            // Crash: a cut after this leaves an empty directory and no record: the
+            // keyspace does not exist, and a later creation with runs finds it there.
+            let kdir = runs_dir(&s.dir, name);
+            s.step.point();
+            create_dir_all_durably(&*s.fs, &kdir)
+                .map_err(s.failing_io("create directory", &kdir))?;
+        }
         let mut txn = s.index.begin_write().map_err(s.failing("begin write"))?;
         txn.set_durability(redb::Durability::Immediate)
             .map_err(s.failing("set durability"))?;
         {
             let mut meta = txn.open_table(META).map_err(s.failing("open meta"))?;
-            meta.insert(
-                format!("{META_SEPARATE_PREFIX}{name}").as_str(),
-                u64::from(from),
-            )
-            .map_err(s.failing("write meta"))?;
-            // The keyspace's table exists from now on: a later open sees it created.
-            let table_name = table_name(name);
-            let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(&table_name);
-            txn.open_table(def).map_err(s.failing("open table"))?;
+            meta.insert(record.0.as_str(), record.1)
+                .map_err(s.failing("write meta"))?;
+            if !runs {
+                // The keyspace's table exists from now on: a later open sees it created.
+                let table_name = table_name(name);
+                let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(&table_name);
+                txn.open_table(def).map_err(s.failing("open table"))?;
+            }
         }
-        // Crash: the record and the empty table are durable together or not at all; no
-        // unit of this keyspace is applied before it (the apply lock), so its table holds
-        // tagged values only, or (a cut before it, a unit replayed) untagged ones only.
+        // This durable commit also makes the apply steps since the last checkpoint durable,
+        // with the manifest rows of their runs: those runs are synced first, as a
+        // checkpoint syncs them (the apply lock is held: no run is written meanwhile).
+        let synced_runs = s.sync_runs()?;
+        // Crash: the record (and a separating keyspace's empty table) is durable together
+        // or not at all; no unit of this keyspace is applied before it (the apply lock), so
+        // its entries are all in its kind's format, or (a cut before it, a unit replayed)
+        // all in the default one.
         txn.commit().map_err(s.failing("record keyspace"))?;
-        s.lock_state()
-            .separated
-            .insert(name.to_string(), u64::from(from));
+        let mut st = s.lock_state();
+        assert_eq!(
+            st.unsynced_runs.len(),
+            synced_runs,
+            "invariant: a durable commit lists only synced runs"
+        );
+        st.unsynced_runs.clear();
+        match options.separate_values_from {
+            Some(from) => {
+                st.separated.insert(name.to_string(), u64::from(from));
+            }
+            None => {
+                st.runs.insert(name.to_string(), Arc::new(Vec::new()));
+            }
+        }
         Ok(db)
     }
 
@@ -861,6 +1012,9 @@ impl JournalEngine {
             values_read_from_journal: get(&c.values_read_from_journal),
             segments_kept_for_values: get(&c.segments_kept_for_values),
             bytes_punched: get(&c.bytes_punched),
+            runs_written: get(&c.runs_written),
+            run_bytes_written: get(&c.run_bytes_written),
+            run_sync_data_calls: get(&c.run_sync_data_calls),
             index: self.handle.shared.index_counters.snapshot(),
         }
     }
@@ -871,22 +1025,25 @@ impl JournalEngine {
         (st.applied_seq, st.checkpoint_seq)
     }
 
-    /// Bytes the journal directory's files occupy (segments and index).
+    /// Bytes the journal directory's files occupy (segments, index and runs).
     pub fn disk_size_bytes(&self) -> Result<u64> {
         let s = &self.handle.shared;
-        let segments: Vec<u64> = {
+        let (segments, runs): (Vec<u64>, Vec<PathBuf>) = {
             let st = s.lock_state();
-            st.segments
+            let segments = st
+                .segments
                 .keys()
                 .chain(st.held.iter())
                 .chain(st.doomed.iter().map(|(_, i)| i))
                 .copied()
-                .collect()
+                .collect();
+            (segments, s.run_paths(&st, None))
         };
         s.allocated_bytes(
             segments
                 .into_iter()
                 .map(|i| s.segment_path(i))
+                .chain(runs)
                 .chain([s.dir.join(INDEX_FILE), s.dir.join(SPARE_SEGMENT_FILE)]),
         )
     }
@@ -904,8 +1061,13 @@ impl JournalEngine {
     pub fn usage(&self) -> Result<JournalUsage> {
         let s = &self.handle.shared;
         s.poison.check(ENGINE_NAME)?;
-        let (txn, separated, held, others) = {
+        let (txn, separated, held, others, runs) = {
             let st = s.lock_state();
+            let runs: Vec<(String, RunList, Vec<PathBuf>)> = st
+                .runs
+                .iter()
+                .map(|(name, list)| (name.clone(), list.clone(), s.run_paths(&st, Some(name))))
+                .collect();
             let txn = s
                 .index
                 .begin_read()
@@ -917,7 +1079,7 @@ impl JournalEngine {
                 .chain(st.doomed.iter().map(|(_, i)| i))
                 .copied()
                 .collect();
-            (txn, st.separated.clone(), held, others)
+            (txn, st.separated.clone(), held, others, runs)
         };
         let mut usage = JournalUsage {
             index_file_bytes: s.allocated_bytes([s.dir.join(INDEX_FILE)])?,
@@ -982,6 +1144,24 @@ impl JournalEngine {
                         });
                     }
                 }
+            }
+            usage.keyspaces.insert(name, k);
+        }
+        // A keyspace indexed by runs: its entries as its runs merged give them, and its
+        // run files' allocated bytes as its index bytes.
+        for (name, list, paths) in runs {
+            let mut k = KeyspaceUsage {
+                index_bytes: s.allocated_bytes(paths)?,
+                ..KeyspaceUsage::default()
+            };
+            let iters = list
+                .iter()
+                .map(|r| RunIter::new(r.clone(), &KeyRange::all(), Direction::Forward))
+                .collect();
+            for op in MergedRuns::new(iters, Direction::Forward, false) {
+                let (key, value) = op?;
+                k.entries += 1;
+                k.logical_bytes += (key.len() + value.map_or(0, |v| v.len())) as u64;
             }
             usage.keyspaces.insert(name, k);
         }
@@ -1066,23 +1246,9 @@ fn read_values_meta(index: &Database) -> Result<(HashMap<String, u64>, BTreeMap<
     let txn = index
         .begin_read()
         .map_err(|e| Error::storage(ENGINE_NAME, "begin read", e))?;
-    let mut separated = HashMap::new();
-    match txn.open_table(META) {
-        Ok(t) => {
-            let range = t
-                .range(META_SEPARATE_PREFIX..)
-                .map_err(|e| Error::storage(ENGINE_NAME, "read meta", e))?;
-            for item in range {
-                let (k, v) = item.map_err(|e| Error::storage(ENGINE_NAME, "read meta", e))?;
-                let Some(name) = k.value().strip_prefix(META_SEPARATE_PREFIX) else {
-                    break;
-                };
-                separated.insert(name.to_string(), v.value());
-            }
-        }
-        Err(TableError::TableDoesNotExist(_)) => {}
-        Err(e) => return Err(Error::storage(ENGINE_NAME, "open meta", e)),
-    }
+    let separated = meta_rows_with_prefix(&txn, META_SEPARATE_PREFIX)?
+        .into_iter()
+        .collect();
     let mut live = BTreeMap::new();
     match txn.open_table(LIVE) {
         Ok(t) => {
@@ -1098,6 +1264,142 @@ fn read_values_meta(index: &Database) -> Result<(HashMap<String, u64>, BTreeMap<
         Err(e) => return Err(Error::storage(ENGINE_NAME, "open live", e)),
     }
     Ok((separated, live))
+}
+
+/// The keyspaces indexed by runs (from `journal.meta`), and the runs the durable manifest
+/// lists for each, by id.
+#[derive(Debug, Default)]
+struct RunsMeta {
+    kinds: BTreeSet<String>,
+    listed: BTreeMap<String, BTreeSet<u64>>,
+}
+
+/// The `journal.meta` rows whose key starts with `prefix`: (the rest of the key, value).
+fn meta_rows_with_prefix(txn: &redb::ReadTransaction, prefix: &str) -> Result<Vec<(String, u64)>> {
+    let t = match txn.open_table(META) {
+        Ok(t) => t,
+        Err(TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(Error::storage(ENGINE_NAME, "open meta", e)),
+    };
+    let mut rows = Vec::new();
+    for item in t
+        .range(prefix..)
+        .map_err(|e| Error::storage(ENGINE_NAME, "read meta", e))?
+    {
+        let (k, v) = item.map_err(|e| Error::storage(ENGINE_NAME, "read meta", e))?;
+        let Some(name) = k.value().strip_prefix(prefix) else {
+            break;
+        };
+        rows.push((name.to_string(), v.value()));
+    }
+    Ok(rows)
+}
+
+fn read_runs_meta(index: &Database) -> Result<RunsMeta> {
+    let txn = index
+        .begin_read()
+        .map_err(|e| Error::storage(ENGINE_NAME, "begin read", e))?;
+    let mut out = RunsMeta::default();
+    for (name, kind) in meta_rows_with_prefix(&txn, META_INDEX_PREFIX)? {
+        if kind != INDEX_KIND_RUNS {
+            return Err(Error::Corrupt {
+                db: format!("{ENGINE_NAME} index, keyspace {name}"),
+                key: format!("{META_INDEX_PREFIX}{name}").into_bytes(),
+                height: None,
+                reason: CorruptReason::Invalid("unknown keyspace index kind"),
+            });
+        }
+        out.kinds.insert(name);
+    }
+    match txn.open_table(RUNS) {
+        Ok(t) => {
+            for item in t
+                .iter()
+                .map_err(|e| Error::storage(ENGINE_NAME, "read runs", e))?
+            {
+                let (k, _level) = item.map_err(|e| Error::storage(ENGINE_NAME, "read runs", e))?;
+                let (name, id) = k.value();
+                out.listed.entry(name.to_string()).or_default().insert(id);
+            }
+        }
+        Err(TableError::TableDoesNotExist(_)) => {}
+        Err(e) => return Err(Error::storage(ENGINE_NAME, "open runs", e)),
+    }
+    Ok(out)
+}
+
+/// What recovery found of the runs: the listed ones opened, newest first, per keyspace;
+/// the files no manifest lists (deleted once the open's decision is made); the directories
+/// to create (a keyspace whose creation record was durable and whose directory was not
+/// found: it lists no run); the next run id.
+#[derive(Debug, Default)]
+struct OpenedRuns {
+    runs: HashMap<String, RunList>,
+    unlisted: Vec<PathBuf>,
+    missing_dirs: Vec<PathBuf>,
+    next_id: u64,
+}
+
+/// The directory of `keyspace`'s run files.
+fn runs_dir(dir: &Path, keyspace: &str) -> PathBuf {
+    dir.join(RUNS_DIR).join(keyspace)
+}
+
+/// Opens every run `meta` lists: a listed run missing, or failing its checks
+/// ([`Run::open`]), refuses the open with [`Error::Corrupt`] naming it. Reads only.
+fn open_runs(fs: &dyn FileSystem, dir: &Path, meta: RunsMeta) -> Result<OpenedRuns> {
+    let mut out = OpenedRuns::default();
+    if let Some(name) = meta.listed.keys().find(|n| !meta.kinds.contains(*n)) {
+        return Err(Error::Corrupt {
+            db: format!("{ENGINE_NAME} index, keyspace {name}"),
+            key: Vec::new(),
+            height: None,
+            reason: CorruptReason::Invalid("runs listed for a keyspace not indexed by runs"),
+        });
+    }
+    let mut max_id = None;
+    for name in &meta.kinds {
+        let kdir = runs_dir(dir, name);
+        let listed = meta.listed.get(name).cloned().unwrap_or_default();
+        let names = if fs.exists(&kdir).map_err(io_err("stat file", &kdir))? {
+            fs.list_dir(&kdir)
+                .map_err(io_err("list directory", &kdir))?
+        } else {
+            out.missing_dirs.push(kdir.clone());
+            Vec::new()
+        };
+        for file_name in names {
+            let Some(id) = parse_run_file_name(&file_name) else {
+                continue;
+            };
+            max_id = max_id.max(Some(id));
+            if !listed.contains(&id) {
+                out.unlisted.push(kdir.join(&file_name));
+            }
+        }
+        let mut runs = Vec::with_capacity(listed.len());
+        // Newest first: a run's id is above every run older than it (ADR 0014).
+        for &id in listed.iter().rev() {
+            max_id = max_id.max(Some(id));
+            let path = kdir.join(run_file_name(id));
+            let file = match fs.open_file(&path, OpenMode::Existing) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(Error::Corrupt {
+                        db: format!("{name} run {id} ({})", path.display()),
+                        key: Vec::new(),
+                        height: None,
+                        reason: CorruptReason::Invalid("a run the manifest lists is missing"),
+                    });
+                }
+                Err(e) => return Err(io_err("open run", &path)(e)),
+            };
+            runs.push(Arc::new(Run::open(file, name, id)?));
+        }
+        out.runs.insert(name.clone(), Arc::new(runs));
+    }
+    out.next_id = max_id.map_or(0, |m| m + 1);
+    Ok(out)
 }
 
 /// Why a spare could not be written: an I/O error (with the operation), or the engine was
@@ -1186,11 +1488,13 @@ struct Applied {
     live_now: Vec<(u64, u64)>,
     segments_started: Vec<u64>,
     value_ranges: Vec<(u64, u64, u64)>,
+    /// The runs the step wrote (keyspaces indexed by runs), by keyspace.
+    new_runs: Vec<(String, Arc<Run>)>,
 }
 
 /// One unit's section for one keyspace in key order and as the unit holds it, the unit, and
 /// the layout at the section's start.
-type Run<'a> = (KeyOrdered<'a>, &'a [UnitOp], &'a Pending, Layout);
+type Section<'a> = (KeyOrdered<'a>, &'a [UnitOp], &'a Pending, Layout);
 
 /// The last segment as recovery found it.
 #[derive(Debug)]
@@ -1395,6 +1699,19 @@ impl Shared {
 
     fn segment_path(&self, index: u64) -> PathBuf {
         self.dir.join(segment_file_name(index))
+    }
+
+    /// The files of the runs in `st` (readable ones: listed or about to be), of one
+    /// keyspace or of all.
+    fn run_paths(&self, st: &State, keyspace: Option<&str>) -> Vec<PathBuf> {
+        st.runs
+            .iter()
+            .filter(|(name, _)| keyspace.is_none_or(|k| k == name.as_str()))
+            .flat_map(|(name, list)| {
+                list.iter()
+                    .map(|r| runs_dir(&self.dir, name).join(run_file_name(r.id())))
+            })
+            .collect()
     }
 
     /// Bytes the files at `paths` occupy on disk (allocated). A missing one counts 0: a
@@ -1704,6 +2021,16 @@ impl Shared {
                     st.live.insert(segment, bytes);
                 }
             }
+            // The step's runs become readable under the same lock as its units leave the
+            // overlay: a reader sees each op in one of them, never in neither.
+            for (name, run) in applied.new_runs {
+                let list = st
+                    .runs
+                    .get_mut(&name)
+                    .expect("invariant: a run is written for a keyspace indexed by runs");
+                Arc::make_mut(list).insert(0, run.clone());
+                st.unsynced_runs.push((name, run));
+            }
             // The applied units leave the overlay only now, after their commit returned
             // (their ops are freed after the lock is let go: `units` holds them until this
             // step returns).
@@ -1751,7 +2078,12 @@ impl Shared {
     /// pointer written, replaced or deleted. Returns the new live bytes of each segment
     /// whose count changed (written in the same transaction).
     fn apply_units(&self, units: &[Pending]) -> Result<Applied> {
-        let separated = self.lock_state().separated.clone();
+        let (separated, runs_kinds) = {
+            let st = self.lock_state();
+            let kinds: BTreeSet<String> = st.runs.keys().cloned().collect();
+            (st.separated.clone(), kinds)
+        };
+        let mut new_runs = Vec::new();
         let mut txn = self
             .index
             .begin_write()
@@ -1761,7 +2093,7 @@ impl Shared {
         // Per keyspace, its sections from every unit in seq order (keyspaces are
         // independent tables, so grouping keeps each key's order), each with where its
         // unit lies and the layout at the section's start.
-        let mut by_keyspace: BTreeMap<&str, Vec<Run<'_>>> = BTreeMap::new();
+        let mut by_keyspace: BTreeMap<&str, Vec<Section<'_>>> = BTreeMap::new();
         for u in units {
             let mut layout = Layout::new();
             for (i, (name, ops)) in u.ops.sections.0.iter().enumerate() {
@@ -1780,7 +2112,22 @@ impl Shared {
         let mut kept = 0u64;
         let mut value_ranges = Vec::new();
         let mut stored = Vec::new();
-        for (name, runs) in by_keyspace {
+        for (name, parts) in by_keyspace {
+            if runs_kinds.contains(name) {
+                // The step's newest op per key, as one run (ADR 0014); its manifest row goes
+                // in this transaction, durable with the checkpoint that syncs the run.
+                if parts.iter().all(|(_, ops, ..)| ops.is_empty()) {
+                    continue;
+                }
+                let sections = parts.iter().map(|(ordered, ..)| *ordered).collect();
+                let run = self.write_run(name, NewestPerKey::new(sections))?;
+                txn.open_table(RUNS)
+                    .map_err(self.failing("open runs"))?
+                    .insert((name, run.id()), RUN_LEVEL_STEP)
+                    .map_err(self.failing("write runs"))?;
+                new_runs.push((name.to_string(), run));
+                continue;
+            }
             let table_name = table_name(name);
             let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(&table_name);
             let mut table = txn.open_table(def).map_err(self.failing("open table"))?;
@@ -1790,7 +2137,7 @@ impl Shared {
                 // Crash: a cut before this step's commit leaves none of its units in the
                 // index and after it all of them (one transaction, with `applied_seq`), so
                 // no state between two units is ever durable; recovery replays the rest.
-                let sections = runs.iter().map(|(ordered, ..)| *ordered).collect();
+                let sections = parts.iter().map(|(ordered, ..)| *ordered).collect();
                 for (k, v) in NewestPerKey::new(sections) {
                     match v {
                         Some(v) => {
@@ -1805,7 +2152,7 @@ impl Shared {
                 }
                 continue;
             };
-            for (ordered, ops, unit, mut layout) in runs {
+            for (ordered, ops, unit, mut layout) in parts {
                 // Where each value lies, in the unit's order (the order its layout follows).
                 let values_at: Vec<Option<u64>> = ops
                     .iter()
@@ -1903,7 +2250,50 @@ impl Shared {
                 .map(|u| u.segment)
                 .collect(),
             value_ranges,
+            new_runs,
         })
+    }
+
+    /// Writes `ops` (strictly increasing keys) as a new run of `keyspace`, not synced, and
+    /// opens it. A failure poisons the engine: the run may be partial, and is not listed.
+    // Crash: a cut while it is written leaves a partial run no manifest lists: the next
+    // open deletes it and replays the units it held.
+    fn write_run<'a>(
+        &self,
+        keyspace: &str,
+        ops: impl Iterator<Item = &'a UnitOp>,
+    ) -> Result<Arc<Run>> {
+        let id = {
+            let mut st = self.lock_state();
+            st.next_run_id += 1;
+            st.next_run_id - 1
+        };
+        let path = runs_dir(&self.dir, keyspace).join(run_file_name(id));
+        self.step.point();
+        let file = self
+            .fs
+            .open_file(&path, OpenMode::CreateTruncate)
+            .map_err(self.failing_io("create run", &path))?;
+        let mut writer =
+            RunWriter::with_block_bytes(file, keyspace, id, self.options.run_block_bytes)
+                .map_err(|e| self.fail(e))?;
+        for (k, v) in ops {
+            writer.push(k, v.as_deref()).map_err(|e| self.fail(e))?;
+        }
+        let meta = writer.finish().map_err(|e| self.fail(e))?;
+        let file = self
+            .fs
+            .open_file(&path, OpenMode::Existing)
+            .map_err(self.failing_io("open run", &path))?;
+        let run = Run::open(file, keyspace, id).map_err(|e| self.fail(e))?;
+        bump(&self.counters.runs_written, 1);
+        assert_eq!(
+            run.file_bytes(),
+            meta.bytes,
+            "invariant: the run opened is the run written"
+        );
+        bump(&self.counters.run_bytes_written, run.file_bytes());
+        Ok(Arc::new(run))
     }
 
     /// A durable redb commit recording `applied_seq` and the first segment still needed;
@@ -1925,6 +2315,7 @@ impl Shared {
             }
             (st.applied_seq, st.applied_end, first_needed)
         };
+        let synced_runs = self.sync_runs()?;
         let mut txn = self
             .index
             .begin_write()
@@ -1951,6 +2342,13 @@ impl Shared {
         bump(&self.counters.checkpoints, 1);
         let punch = {
             let mut st = self.lock_state();
+            // The apply lock is held: no run was written since the syncs.
+            assert_eq!(
+                st.unsynced_runs.len(),
+                synced_runs,
+                "invariant: a checkpoint lists only the runs it synced"
+            );
+            st.unsynced_runs.clear();
             st.checkpoint_seq = applied;
             st.bytes_since_checkpoint = 0;
             st.last_checkpoint = Instant::now();
@@ -1993,6 +2391,35 @@ impl Shared {
             self.punch_dead_space(segment, values)?;
         }
         self.unlink_doomed()
+    }
+
+    /// Syncs every run written since the last checkpoint, then each directory they were
+    /// created in; returns how many runs. Called by the checkpoint before its commit.
+    // Crash: the manifest rows of these runs become durable with the checkpoint's commit
+    // only, after this: a cut before the commit leaves them unlisted (deleted on open, their
+    // units replayed), after it listed and whole. Syncing after the commit would let a cut
+    // leave a listed run missing or torn: an open refused.
+    fn sync_runs(&self) -> Result<usize> {
+        self.poison.check(ENGINE_NAME)?;
+        let unsynced = self.lock_state().unsynced_runs.clone();
+        let mut dirs = BTreeSet::new();
+        for (name, run) in &unsynced {
+            let path = runs_dir(&self.dir, name).join(run_file_name(run.id()));
+            self.step.point();
+            run.sync_data()
+                .map_err(self.failing_io("fsync run", &path))?;
+            bump(&self.counters.run_sync_data_calls, 1);
+            dirs.insert(name.as_str());
+        }
+        for name in dirs {
+            let kdir = runs_dir(&self.dir, name);
+            self.step.point();
+            self.fs
+                .sync_dir(&kdir)
+                .map_err(self.failing_io("fsync directory", &kdir))?;
+            bump(&self.counters.dir_sync_calls, 1);
+        }
+        Ok(unsynced.len())
     }
 
     /// Gives back the whole file-system blocks of a held segment that no kept value in it
@@ -2117,16 +2544,19 @@ impl Shared {
     /// The overlay's view of `keyspace` and a redb read transaction taken under the same
     /// lock: an entry leaves the overlay only after its redb commit, so the pair is one
     /// consistent snapshot. For a separating keyspace the snapshot's trim epoch is pinned
-    /// too: no segment its pointers lead to is unlinked while the pin lives.
+    /// too: no segment its pointers lead to is unlinked while the pin lives. For a keyspace
+    /// indexed by runs, its runs as they stand under the same lock (a step's run enters
+    /// the list as its units leave the overlay).
     fn snapshot<T>(
         &self,
         db: &str,
         keyspace: &str,
         from_overlay: impl FnOnce(&Overlay, &str) -> T,
-    ) -> Result<(T, redb::ReadTransaction, Option<ReadPin<'_>>)> {
+    ) -> Result<Snapshot<'_, T>> {
         self.poison.check(db)?;
         let mut st = self.lock_state();
         let t = from_overlay(&st.overlay, keyspace);
+        let runs = st.runs.get(keyspace).cloned();
         let txn = self
             .index
             .begin_read()
@@ -2149,7 +2579,12 @@ impl Shared {
             None
         };
         drop(st);
-        Ok((t, txn, pin))
+        Ok(Snapshot {
+            overlay: t,
+            txn,
+            pin,
+            runs,
+        })
     }
 
     /// The value an index entry of a separating keyspace stands for: its inline bytes, or
@@ -2198,6 +2633,30 @@ impl Shared {
         bump(&self.counters.values_read_from_journal, 1);
         Ok(Bytes::from(value))
     }
+}
+
+/// A keyspace's readable runs, newest first; replaced, never changed, once shared.
+type RunList = Arc<Vec<Arc<Run>>>;
+
+/// What a read sees ([`Shared::snapshot`]): the overlay's answer, redb's read
+/// transaction, a separating keyspace's pin, and a runs keyspace's runs, newest first.
+struct Snapshot<'a, T> {
+    overlay: T,
+    txn: redb::ReadTransaction,
+    pin: Option<ReadPin<'a>>,
+    runs: Option<RunList>,
+}
+
+/// What `runs` (newest first) say of `key`: the first that holds an op on it answers.
+fn get_from_runs(runs: &[Arc<Run>], key: &[u8]) -> Result<Option<Bytes>> {
+    for run in runs {
+        match run.get(key)? {
+            Lookup::Absent => continue,
+            Lookup::Put(v) => return Ok(Some(v)),
+            Lookup::Deleted => return Ok(None),
+        }
+    }
+    Ok(None)
 }
 
 /// A reader's hold on its snapshot's trim epoch (see [`Shared::snapshot`]).
@@ -2265,13 +2724,15 @@ impl JournalDb {
 
     /// The options this keyspace was created with.
     pub fn options(&self) -> KeyspaceOptions {
-        let from = self
-            .shared()
-            .lock_state()
-            .separated
-            .get(&self.name)
-            .copied();
+        let st = self.shared().lock_state();
+        let from = st.separated.get(&self.name).copied();
+        let index = if st.runs.contains_key(&self.name) {
+            KeyspaceIndex::Runs
+        } else {
+            KeyspaceIndex::Tree
+        };
         KeyspaceOptions {
+            index,
             separate_values_from: from.map(|f| u32::try_from(f).unwrap_or(u32::MAX)),
         }
     }
@@ -2295,11 +2756,26 @@ impl Db for JournalDb {
     }
 
     fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
-        let (hits, txn, pin) = self.shared().snapshot(&self.name, &self.name, |ov, ks| {
+        let Snapshot {
+            overlay: hits,
+            txn,
+            pin,
+            runs,
+        } = self.shared().snapshot(&self.name, &self.name, |ov, ks| {
             keys.iter()
                 .map(|k| ov.get(ks, k))
                 .collect::<Vec<OverlayHit>>()
         })?;
+        if let Some(runs) = runs {
+            return keys
+                .iter()
+                .zip(hits)
+                .map(|(k, hit)| match hit {
+                    Some(v) => Ok(v),
+                    None => get_from_runs(&runs, k),
+                })
+                .collect();
+        }
         let mut table = None;
         let mut out = Vec::with_capacity(keys.len());
         for (k, hit) in keys.iter().zip(hits) {
@@ -2335,36 +2811,53 @@ impl Db for JournalDb {
             return Ok(Box::new(std::iter::empty()));
         }
         let bounds = range.as_ref_bounds();
-        let (mut over, txn, pin) = self
+        let Snapshot {
+            overlay: mut over,
+            txn,
+            pin,
+            runs,
+        } = self
             .shared()
             .snapshot(&self.name, &self.name, |ov, ks| ov.range(ks, &range))?;
         if direction == Direction::Reverse {
             over.reverse();
         }
-        let disk: DbIter<'_> = match open_read_table(&txn, &self.name, &self.name)? {
-            None => Box::new(std::iter::empty()),
-            Some(table) => {
-                let r = table
-                    .range::<&[u8]>(bounds)
-                    .map_err(|e| Error::storage(&self.name, "range", e))?;
-                let name = self.name.clone();
-                // The stored bytes as they are: a pointer is followed only for a pair the
-                // merge returns (one the overlay shadows is never read).
-                let map = move |item: RedbItem| {
-                    item.map(|(k, v)| {
-                        (
-                            Bytes::copy_from_slice(k.value()),
-                            Bytes::copy_from_slice(v.value()),
-                        )
-                    })
-                    .map_err(|e| Error::storage(&name, "iterate", e))
-                };
-                match direction {
-                    Direction::Forward => Box::new(r.map(map)),
-                    Direction::Reverse => Box::new(r.rev().map(map)),
+        let disk: DbIter<'_> =
+            match (runs, open_read_table(&txn, &self.name, &self.name)?) {
+                // The runs newest first, each key's newest op; tombstones hide older runs' pairs
+                // and are left out.
+                (Some(runs), _) => {
+                    let iters = runs
+                        .iter()
+                        .map(|r| RunIter::new(r.clone(), &range, direction))
+                        .collect();
+                    Box::new(MergedRuns::new(iters, direction, false).map(|op| {
+                        op.map(|(k, v)| (k, v.expect("invariant: tombstones are left out")))
+                    }))
                 }
-            }
-        };
+                (None, None) => Box::new(std::iter::empty()),
+                (None, Some(table)) => {
+                    let r = table
+                        .range::<&[u8]>(bounds)
+                        .map_err(|e| Error::storage(&self.name, "range", e))?;
+                    let name = self.name.clone();
+                    // The stored bytes as they are: a pointer is followed only for a pair the
+                    // merge returns (one the overlay shadows is never read).
+                    let map = move |item: RedbItem| {
+                        item.map(|(k, v)| {
+                            (
+                                Bytes::copy_from_slice(k.value()),
+                                Bytes::copy_from_slice(v.value()),
+                            )
+                        })
+                        .map_err(|e| Error::storage(&name, "iterate", e))
+                    };
+                    match direction {
+                        Direction::Forward => Box::new(r.map(map)),
+                        Direction::Reverse => Box::new(r.rev().map(map)),
+                    }
+                }
+            };
         // The pin lives as long as the iterator: its pointers stay readable.
         let resolve: Option<Resolve<'_>> = pin.map(|pin| {
             let shared = self.shared();

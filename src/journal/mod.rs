@@ -31,7 +31,9 @@ mod unit;
 pub use engine::{
     APPLY_BATCH_DELAY, Applier, CHECKPOINT_BYTES, CHECKPOINT_INTERVAL, INDEX_CACHE_BYTES,
     INDEX_FILE, JournalCounts, JournalDb, JournalEngine, JournalOptions, JournalUsage,
-    KeyspaceOptions, KeyspaceUsage, OVERLAY_BYTES_MAX, PREPARED_UNITS_BELOW_BYTES, SEGMENT_BYTES,
-    SEPARATE_VALUES_FROM_BYTES, SEPARATE_VALUES_MIN_BYTES, SPARE_SEGMENT_FILE, segment_file_name,
+    KeyspaceIndex, KeyspaceOptions, KeyspaceUsage, OVERLAY_BYTES_MAX, PREPARED_UNITS_BELOW_BYTES,
+    RUNS_DIR, SEGMENT_BYTES, SEPARATE_VALUES_FROM_BYTES, SEPARATE_VALUES_MIN_BYTES,
+    SPARE_SEGMENT_FILE, segment_file_name,
 };
+pub use run::RUN_BLOCK_BYTES;
 pub use unit::KEYSPACE_NAME_BYTES_MAX;

@@ -19,15 +19,9 @@
 //! Invariant: this module does no syncing: a run is durable when its owner syncs it
 //! (ADR 0014: before a manifest lists it).
 //!
-//! Not yet wired: the applier, the checkpoint's manifest and recovery come with ADR 0014's
-//! second step; until then this module is exercised by its tests only.
-#![cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "ADR 0014 step 1: the run files come before the keyspace kind that writes them"
-    )
-)]
+//! The engine (`engine.rs`) writes one run per apply step of a keyspace indexed by runs,
+//! syncs it before a checkpoint's manifest lists it, and reads the listed runs newest first
+//! ([`MergedRuns`] for ranges).
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -53,7 +47,7 @@ pub(crate) const RUN_FOOTER_BYTES: usize = 32;
 /// of one block, and the block index keeps one key per block in memory — about 0.6 MiB
 /// per million ops of the app's shape (40-byte keys, 148-byte values: ~11,600 blocks of
 /// ~56 bytes of index each), beside the bloom filter's 1.2 MiB, ADR 0014.
-pub(crate) const RUN_BLOCK_BYTES: usize = 16 * 1024;
+pub const RUN_BLOCK_BYTES: usize = 16 * 1024;
 /// Bloom filter bits per key. Why 10: with [`BLOOM_HASHES`] hashes, a key a run does not
 /// hold passes its filter ~1 % of the time, so a read of a key in none of `n` runs costs
 /// about `n / 100` block reads.
@@ -161,6 +155,7 @@ pub(crate) struct RunWriter {
 impl RunWriter {
     /// Starts run `id` in `file` (empty; the caller created it), writing its header.
     /// `name` says whose run it is in errors.
+    #[cfg_attr(not(test), expect(dead_code, reason = "ADR 0014 step 3: merges"))]
     pub(crate) fn create(file: Box<dyn FsFile>, name: &str, id: u64) -> Result<Self> {
         Self::with_block_bytes(file, name, id, RUN_BLOCK_BYTES)
     }
@@ -328,6 +323,8 @@ pub(crate) struct Run {
     name: String,
     id: u64,
     ops: u64,
+    /// The file's length.
+    bytes: u64,
     blocks: Vec<BlockRef>,
     bloom: Bloom,
 }
@@ -466,6 +463,7 @@ impl Run {
             name,
             id,
             ops,
+            bytes: len,
             blocks,
             bloom,
         })
@@ -477,6 +475,7 @@ impl Run {
     }
 
     /// Ops in the run.
+    #[cfg_attr(not(test), expect(dead_code, reason = "ADR 0014 step 3: merges"))]
     pub(crate) fn ops(&self) -> u64 {
         self.ops
     }
@@ -535,24 +534,18 @@ impl Run {
 
     /// The run's ops in `range`, tombstones included, in `direction`'s key order; a block
     /// is read when the iteration reaches it.
-    pub(crate) fn iter(&self, range: &KeyRange, direction: Direction) -> RunIter<'_> {
-        let first = match &range.start {
-            Bound::Unbounded => 0,
-            Bound::Included(k) | Bound::Excluded(k) => self.block_for(k).unwrap_or(0),
-        };
-        let last = match &range.end {
-            Bound::Unbounded => self.blocks.len(),
-            Bound::Included(k) | Bound::Excluded(k) => self.block_for(k).map_or(0, |i| i + 1),
-        };
-        RunIter {
-            run: self,
-            range: range.clone(),
-            direction,
-            next_block: first,
-            end_block: last.max(first),
-            ops: Vec::new().into_iter(),
-            failed: false,
-        }
+    pub(crate) fn iter(&self, range: &KeyRange, direction: Direction) -> RunIter<&Run> {
+        RunIter::new(self, range, direction)
+    }
+
+    /// Syncs the run's file (`sync_data`): its bytes are durable when this returns `Ok`.
+    pub(crate) fn sync_data(&self) -> std::io::Result<()> {
+        self.file.sync_data()
+    }
+
+    /// Bytes of the run's file.
+    pub(crate) fn file_bytes(&self) -> u64 {
+        self.bytes
     }
 }
 
@@ -646,9 +639,11 @@ fn decode_block(framed: &[u8], first_key: &[u8]) -> std::result::Result<Vec<RunO
     Ok(ops)
 }
 
-/// A run's ops in a range, block by block (see [`Run::iter`]). After an error it ends.
-pub(crate) struct RunIter<'a> {
-    run: &'a Run,
+/// A run's ops in a range, block by block (see [`Run::iter`]); `R` is how the run is held
+/// (borrowed, or an `Arc` for an iterator that outlives the caller's borrow). After an
+/// error it ends.
+pub(crate) struct RunIter<R> {
+    run: R,
     range: KeyRange,
     direction: Direction,
     /// The blocks not yet read: `next_block..end_block`.
@@ -658,7 +653,30 @@ pub(crate) struct RunIter<'a> {
     failed: bool,
 }
 
-impl Iterator for RunIter<'_> {
+impl<R: std::ops::Deref<Target = Run>> RunIter<R> {
+    /// The ops of `run` in `range`, in `direction`'s key order.
+    pub(crate) fn new(run: R, range: &KeyRange, direction: Direction) -> Self {
+        let first = match &range.start {
+            Bound::Unbounded => 0,
+            Bound::Included(k) | Bound::Excluded(k) => run.block_for(k).unwrap_or(0),
+        };
+        let last = match &range.end {
+            Bound::Unbounded => run.blocks.len(),
+            Bound::Included(k) | Bound::Excluded(k) => run.block_for(k).map_or(0, |i| i + 1),
+        };
+        RunIter {
+            run,
+            range: range.clone(),
+            direction,
+            next_block: first,
+            end_block: last.max(first),
+            ops: Vec::new().into_iter(),
+            failed: false,
+        }
+    }
+}
+
+impl<R: std::ops::Deref<Target = Run>> Iterator for RunIter<R> {
     type Item = Result<RunOp>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -700,10 +718,11 @@ impl Iterator for RunIter<'_> {
     }
 }
 
-/// One input of a merge: its cursor and its age (0 the newest).
+/// One input of a merge: its cursor, its age (0 the newest) and the merge's direction.
 struct Head {
     op: RunOp,
     age: usize,
+    reverse: bool,
 }
 
 impl PartialEq for Head {
@@ -718,39 +737,118 @@ impl PartialOrd for Head {
     }
 }
 impl Ord for Head {
-    /// A max-heap pops the smallest key first, and of equal keys the newest input.
+    /// A max-heap pops the first key in the merge's direction first (the smallest forward,
+    /// the largest in reverse), and of equal keys the newest input.
     fn cmp(&self, other: &Self) -> Ordering {
-        other.op.0.cmp(&self.op.0).then(other.age.cmp(&self.age))
+        let by_key = if self.reverse {
+            self.op.0.cmp(&other.op.0)
+        } else {
+            other.op.0.cmp(&self.op.0)
+        };
+        by_key.then(other.age.cmp(&self.age))
+    }
+}
+
+/// Several runs' ops merged, newest first: each key once, with its newest op, in the
+/// iteration's order. Tombstones are yielded or left out (`keep_tombstones`). After an
+/// error it ends.
+pub(crate) struct MergedRuns<R> {
+    iters: Vec<RunIter<R>>,
+    heap: BinaryHeap<Head>,
+    reverse: bool,
+    keep_tombstones: bool,
+    last: Option<Bytes>,
+    /// An error from filling the heap, returned first.
+    failed: Option<Error>,
+    done: bool,
+}
+
+impl<R: std::ops::Deref<Target = Run>> MergedRuns<R> {
+    /// Merges `iters` (newest first), all in `direction`.
+    pub(crate) fn new(
+        mut iters: Vec<RunIter<R>>,
+        direction: Direction,
+        keep_tombstones: bool,
+    ) -> Self {
+        let reverse = direction == Direction::Reverse;
+        debug_assert!(
+            iters.iter().all(|it| it.direction == direction),
+            "invariant: a merge's inputs run in its direction"
+        );
+        let mut heap = BinaryHeap::with_capacity(iters.len());
+        let mut failed = None;
+        for (age, it) in iters.iter_mut().enumerate() {
+            match it.next() {
+                Some(Ok(op)) => heap.push(Head { op, age, reverse }),
+                Some(Err(e)) => {
+                    failed = Some(e);
+                    break;
+                }
+                None => {}
+            }
+        }
+        MergedRuns {
+            iters,
+            heap,
+            reverse,
+            keep_tombstones,
+            last: None,
+            failed,
+            done: false,
+        }
+    }
+}
+
+impl<R: std::ops::Deref<Target = Run>> Iterator for MergedRuns<R> {
+    type Item = Result<RunOp>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        if let Some(e) = self.failed.take() {
+            self.done = true;
+            return Some(Err(e));
+        }
+        while let Some(Head { op, age, .. }) = self.heap.pop() {
+            match self.iters[age].next() {
+                Some(Ok(next)) => self.heap.push(Head {
+                    op: next,
+                    age,
+                    reverse: self.reverse,
+                }),
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+                None => {}
+            }
+            // The newest op of a key pops first; older ones of the same key are skipped.
+            if self.last.as_ref() == Some(&op.0) {
+                continue;
+            }
+            self.last = Some(op.0.clone());
+            if op.1.is_some() || self.keep_tombstones {
+                return Some(Ok(op));
+            }
+        }
+        self.done = true;
+        None
     }
 }
 
 /// Merges `runs` (newest first) into `out`: each key once, with its newest op. With
 /// `drop_tombstones` (only for a merge whose output is the oldest run: nothing older can
 /// hold a key a tombstone must hide) deletes are left out.
+#[cfg_attr(not(test), expect(dead_code, reason = "ADR 0014 step 3: merges"))]
 pub(crate) fn merge(runs: &[&Run], mut out: RunWriter, drop_tombstones: bool) -> Result<RunMeta> {
-    let mut iters: Vec<RunIter<'_>> = runs
+    let iters = runs
         .iter()
         .map(|r| r.iter(&KeyRange::all(), Direction::Forward))
         .collect();
-    let mut heap = BinaryHeap::with_capacity(iters.len());
-    for (age, it) in iters.iter_mut().enumerate() {
-        if let Some(op) = it.next() {
-            heap.push(Head { op: op?, age });
-        }
-    }
-    let mut last: Option<Bytes> = None;
-    while let Some(Head { op, age }) = heap.pop() {
-        if let Some(next) = iters[age].next() {
-            heap.push(Head { op: next?, age });
-        }
-        // The newest op of a key pops first; older ones of the same key are skipped.
-        if last.as_ref() == Some(&op.0) {
-            continue;
-        }
-        if !(drop_tombstones && op.1.is_none()) {
-            out.push(&op.0, op.1.as_deref())?;
-        }
-        last = Some(op.0);
+    for op in MergedRuns::new(iters, Direction::Forward, !drop_tombstones) {
+        let (k, v) = op?;
+        out.push(&k, v.as_deref())?;
     }
     out.finish()
 }

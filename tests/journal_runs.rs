@@ -1,0 +1,317 @@
+//! A keyspace indexed by sorted runs (ADR 0014, step 2): each apply step writes the
+//! keyspace's newest op per key as one run file, the checkpoint syncs the runs and their
+//! directory before the durable commit that lists them, and recovery opens the listed runs.
+//!
+//! * writes go to runs, not to the index's tables, and read back from the overlay, the runs
+//!   and after a reopen; the fsync counts of a checkpoint are stated exactly;
+//! * a run no durable manifest lists is deleted on open, and its units replayed;
+//! * a listed run that is missing or damaged refuses the open, naming the run, with
+//!   nothing deleted;
+//! * another keyspace's durable creation record, which makes the pending apply steps
+//!   durable too, syncs their runs first (a cut after it loses nothing);
+//! * options are checked before anything is written and fixed at creation.
+//!
+//! The power cuts and EIO at every operation of a runs keyspace's life are in
+//! `journal_power_cut.rs` and `journal_eio.rs` ("app" is indexed by runs there); the `Db`
+//! contract and the `BTreeMap` model in `db_conformance.rs` (`journal_runs*`).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use flushpoint::{
+    Applier, Batch, Db, DirFate, Direction, Durability, Error, FileFate, FileSystem, JournalEngine,
+    JournalOptions, KeyRange, KeyspaceIndex, KeyspaceOptions, OpenMode, RUNS_DIR, SimFs,
+    collect_range,
+};
+
+const DIR: &str = "/journal";
+const APP: &str = "app";
+/// Body bytes of a run's block here. Why: a few ops a block, so a run has several.
+const RUN_BLOCK_BYTES: usize = 64;
+
+fn options() -> JournalOptions {
+    JournalOptions {
+        applier: Applier::Inline,
+        checkpoint_bytes: 1 << 30,
+        run_block_bytes: RUN_BLOCK_BYTES,
+        ..JournalOptions::default()
+    }
+}
+
+fn open(fs: &SimFs) -> flushpoint::Result<JournalEngine> {
+    JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options())
+}
+
+fn app(engine: &JournalEngine) -> Arc<flushpoint::JournalDb> {
+    engine
+        .keyspace_with(APP, KeyspaceOptions::indexed_by_runs())
+        .expect("runs keyspace")
+}
+
+fn key(i: u32) -> Bytes {
+    Bytes::from(format!("acct/{:08x}", i.wrapping_mul(0x9e37_79b9)))
+}
+
+fn value(i: u32, round: u32) -> Bytes {
+    Bytes::from(format!("value {i} round {round}"))
+}
+
+/// One synced unit per round: keys `0..n` put with `round`'s values, and every key `i`
+/// with `i % 5 == round % 5` deleted.
+fn write_round(db: &dyn Db, n: u32, round: u32) {
+    let mut b = Batch::new();
+    for i in 0..n {
+        if i % 5 == round % 5 {
+            b.delete(key(i));
+        } else {
+            b.put(key(i), value(i, round));
+        }
+    }
+    db.write(&b, Durability::Synced).expect("write");
+}
+
+/// What the keyspace holds after rounds `0..=last` of `write_round(n)`: the model.
+fn model(n: u32, last: u32) -> Vec<(Bytes, Bytes)> {
+    let mut m: Vec<(Bytes, Bytes)> = (0..n)
+        .filter(|i| i % 5 != last % 5)
+        .map(|i| (key(i), value(i, last)))
+        .collect();
+    m.sort();
+    m
+}
+
+fn all(db: &dyn Db) -> Vec<(Bytes, Bytes)> {
+    collect_range(db, KeyRange::all(), Direction::Forward).expect("range")
+}
+
+fn runs_on_disk(fs: &SimFs) -> Vec<String> {
+    let mut names: Vec<String> = fs
+        .list(&Path::new(DIR).join(RUNS_DIR).join(APP))
+        .into_iter()
+        .filter(|n| n.ends_with(".run"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The checks below (`model`, `all`) must be able to fail: a wrong value, a lost delete and
+/// a missing key each differ from the model.
+#[test]
+fn the_model_check_rejects_a_wrong_value_a_lost_delete_and_a_missing_key() {
+    let good = model(20, 3);
+    let mut wrong = good.clone();
+    wrong[0].1 = value(0, 2);
+    assert_ne!(wrong, good);
+    let lost_delete = model(20, 2);
+    assert_ne!(lost_delete, good, "round 2 deletes other keys than round 3");
+    let mut missing = good.clone();
+    missing.pop();
+    assert_ne!(missing, good);
+}
+
+#[test]
+fn writes_go_to_runs_and_read_back_from_the_overlay_the_runs_and_after_a_reopen() {
+    let fs = SimFs::new();
+    let engine = open(&fs).expect("open");
+    let db = app(&engine);
+    assert_eq!(db.options().index, KeyspaceIndex::Runs);
+    // Each synced unit is applied inline: one run per round.
+    for round in 0..4 {
+        write_round(&*db, 40, round);
+        assert_eq!(all(&*db), model(40, round), "round {round}");
+    }
+    let counts = engine.counts();
+    assert_eq!(counts.runs_written, 4, "one run per apply step");
+    assert_eq!(runs_on_disk(&fs).len(), 4);
+    // Point reads: the newest run answers; a key deleted in the last round is absent even
+    // though older runs hold a value for it.
+    assert_eq!(db.get(&key(1)).unwrap(), Some(value(1, 3)));
+    assert_eq!(db.get(&key(3)).unwrap(), None, "deleted by round 3");
+    let reversed: Vec<_> = collect_range(&*db, KeyRange::all(), Direction::Reverse).unwrap();
+    let mut expected = model(40, 3);
+    expected.reverse();
+    assert_eq!(reversed, expected);
+    // The index holds no table for it: its entries are the runs'.
+    let usage = engine.usage().expect("usage");
+    let app_usage = usage.keyspaces.get(APP).expect("app usage");
+    assert_eq!(app_usage.entries, 32);
+    assert!(app_usage.index_bytes > 0);
+    // A checkpoint syncs the 4 runs and their directory once, then commits.
+    let before = engine.counts();
+    engine.checkpoint().expect("checkpoint");
+    let after = engine.counts();
+    assert_eq!(after.run_sync_data_calls - before.run_sync_data_calls, 4);
+    assert_eq!(after.dir_sync_calls - before.dir_sync_calls, 1);
+    assert_eq!(after.checkpoints - before.checkpoints, 1);
+    // A second checkpoint with nothing new syncs nothing.
+    write_round(&*db, 40, 4);
+    engine.checkpoint().expect("checkpoint");
+    let again = engine.counts();
+    assert_eq!(again.run_sync_data_calls - after.run_sync_data_calls, 1);
+    drop((db, engine));
+    let engine = open(&fs).expect("reopen");
+    let db = engine.keyspace(APP).expect("keyspace");
+    assert_eq!(
+        db.options().index,
+        KeyspaceIndex::Runs,
+        "the kind is durable"
+    );
+    assert_eq!(all(&*db), model(40, 4));
+    assert_eq!(engine.counts().runs_written, 0, "nothing to replay");
+}
+
+#[test]
+fn an_unlisted_run_is_deleted_on_open_and_its_units_replayed() {
+    let fs = SimFs::new();
+    let engine = open(&fs).expect("open");
+    let db = app(&engine);
+    write_round(&*db, 30, 0);
+    engine.checkpoint().expect("checkpoint");
+    // Applied, in a run, not checkpointed.
+    write_round(&*db, 30, 1);
+    assert_eq!(runs_on_disk(&fs).len(), 2);
+    // A power cut now (not a close, which would checkpoint): the second run was never
+    // listed durably; its unit is durable. A stray file no manifest lists is there too.
+    let image = fs.crash_image(DirFate::KeepAll, FileFate::KeepAll);
+    drop((db, engine));
+    let stray = Path::new(DIR)
+        .join(RUNS_DIR)
+        .join(APP)
+        .join(format!("{:020}.run", 77));
+    image
+        .open_file(&stray, OpenMode::CreateTruncate)
+        .unwrap()
+        .write_at(0, b"not a run")
+        .unwrap();
+    let engine = open(&image).expect("recovery");
+    let db = engine.keyspace(APP).unwrap();
+    assert_eq!(all(&*db), model(30, 1));
+    // Run 1 and the stray are deleted; the replayed unit is in a new run, whose id is
+    // above every file seen.
+    assert_eq!(
+        runs_on_disk(&image),
+        [format!("{:020}.run", 0), format!("{:020}.run", 78)]
+    );
+}
+
+/// A crash image of a journal with two checkpointed runs, and the path of each.
+fn checkpointed_runs() -> (SimFs, Vec<std::path::PathBuf>) {
+    let fs = SimFs::new();
+    let engine = open(&fs).expect("open");
+    let db = app(&engine);
+    write_round(&*db, 30, 0);
+    write_round(&*db, 30, 1);
+    engine.checkpoint().expect("checkpoint");
+    drop((db, engine));
+    let dir = Path::new(DIR).join(RUNS_DIR).join(APP);
+    let paths = runs_on_disk(&fs).iter().map(|n| dir.join(n)).collect();
+    (fs.crash_image(DirFate::KeepAll, FileFate::KeepAll), paths)
+}
+
+fn assert_refused_naming(result: flushpoint::Result<JournalEngine>, run: &str) {
+    match result {
+        Err(e @ Error::Corrupt { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains(run), "{text} names {run}");
+        }
+        Err(e) => panic!("expected Corrupt naming {run}, got {e}"),
+        Ok(_) => panic!("expected the open refused for {run}"),
+    }
+}
+
+#[test]
+fn a_listed_run_missing_or_damaged_refuses_the_open_naming_it() {
+    // Missing.
+    let (fs, paths) = checkpointed_runs();
+    assert_eq!(paths.len(), 2);
+    fs.remove_file(&paths[0]).unwrap();
+    assert_refused_naming(open(&fs), "app run 0");
+    assert_eq!(runs_on_disk(&fs).len(), 1, "nothing deleted by the refusal");
+    // Damaged: one byte of its footer, then one byte of a block (found when read).
+    let (fs, paths) = checkpointed_runs();
+    let f = fs.open_file(&paths[1], OpenMode::Existing).unwrap();
+    let len = f.len().unwrap();
+    let mut byte = [0u8];
+    f.read_at(len - 10, &mut byte).unwrap();
+    f.write_at(len - 10, &[byte[0] ^ 0x40]).unwrap();
+    assert_refused_naming(open(&fs), "app run 1");
+    let (fs, paths) = checkpointed_runs();
+    let f = fs.open_file(&paths[1], OpenMode::Existing).unwrap();
+    // The first block's body starts after the 32-byte header and its 4-byte length.
+    f.read_at(40, &mut byte).unwrap();
+    f.write_at(40, &[byte[0] ^ 0x40]).unwrap();
+    let engine = open(&fs).expect("a block is checked when read");
+    let db = engine.keyspace(APP).unwrap();
+    let read = collect_range(&*db, KeyRange::all(), Direction::Forward);
+    match read {
+        Err(e @ Error::Corrupt { .. }) => assert!(e.to_string().contains("app run 1"), "{e}"),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
+
+#[test]
+fn another_keyspaces_durable_record_syncs_the_pending_runs_first() {
+    let fs = SimFs::new();
+    let engine = open(&fs).expect("open");
+    let db = app(&engine);
+    write_round(&*db, 30, 0);
+    // Applied into an unsynced run; not checkpointed. The record below is a durable redb
+    // commit: it makes that apply step's manifest row durable, so the run is synced first.
+    let before = engine.counts();
+    engine
+        .keyspace_with("blocks", KeyspaceOptions::separating_values_from(1024))
+        .expect("record");
+    assert_eq!(
+        engine.counts().run_sync_data_calls - before.run_sync_data_calls,
+        1
+    );
+    // A cut now, losing every unsynced write: the listed run must be whole.
+    let image = fs.crash_image(DirFate::DropAll, FileFate::DropAll);
+    let engine2 = open(&image).expect("recovery");
+    assert_eq!(all(&*engine2.keyspace(APP).unwrap()), model(30, 0));
+}
+
+#[test]
+fn options_are_checked_before_anything_is_written_and_fixed_at_creation() {
+    let fs = SimFs::new();
+    let engine = open(&fs).expect("open");
+    let ops_before = fs.ops();
+    let mut both = KeyspaceOptions::indexed_by_runs();
+    both.separate_values_from = Some(1024);
+    assert!(matches!(
+        engine.keyspace_with(APP, both),
+        Err(Error::InvalidInput(_))
+    ));
+    for bad in ["a/b", "..", "app state", "é"] {
+        assert!(
+            matches!(
+                engine.keyspace_with(bad, KeyspaceOptions::indexed_by_runs()),
+                Err(Error::InvalidInput(_))
+            ),
+            "{bad:?}"
+        );
+    }
+    assert_eq!(fs.ops(), ops_before, "nothing written by a refusal");
+    // A keyspace written before it is asked for runs keeps the tree.
+    let state = engine.keyspace("state").unwrap();
+    let mut b = Batch::new();
+    b.put(Bytes::from_static(b"k"), Bytes::from_static(b"v"));
+    state.write(&b, Durability::Synced).unwrap();
+    let again = engine
+        .keyspace_with("state", KeyspaceOptions::indexed_by_runs())
+        .unwrap();
+    assert_eq!(again.options().index, KeyspaceIndex::Tree);
+    // And a runs keyspace asked for the tree keeps its runs.
+    let db = app(&engine);
+    let plain = engine
+        .keyspace_with(APP, KeyspaceOptions::default())
+        .unwrap();
+    assert_eq!(plain.options().index, KeyspaceIndex::Runs);
+    drop((db, plain, again, state, engine));
+    let engine = open(&fs).unwrap();
+    assert_eq!(
+        engine.keyspace(APP).unwrap().options().index,
+        KeyspaceIndex::Runs
+    );
+}
