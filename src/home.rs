@@ -21,7 +21,9 @@ use std::sync::Arc;
 use crate::db::{Db, RedbDb, RedbOptions};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, FsFile, OpenMode, StdFs, create_dir_all_durably};
-use crate::journal::{JournalEngine, JournalOptions, KeyspaceOptions, SEPARATE_VALUES_FROM_BYTES};
+use crate::journal::{
+    JournalEngine, JournalOptions, KeyspaceIndex, KeyspaceOptions, SEPARATE_VALUES_FROM_BYTES,
+};
 
 /// The home layout version this build reads and writes. 2: the chain seam (ADR 0009) — a
 /// block meta keeps the chain's header bytes length-prefixed, the state store keeps history
@@ -39,6 +41,12 @@ const FORMAT_ENGINE_PREFIX: &str = "engine ";
 /// the line ("an unexpected line") and so never opens such a home. A journal home without
 /// it keeps its parts in the index.
 const FORMAT_PARTS_LINE: &str = "parts journal";
+/// The line of a journal home whose app keyspace is indexed by sorted runs (ADR 0014),
+/// after the engine line (and the parts line, when present). Why a line: a build from
+/// before it would find no `app` table in the index and take the app's state for empty; it
+/// refuses the line ("an unexpected line"). Written at creation when
+/// [`HomeOptions::app_index`] asks for runs.
+const FORMAT_APP_RUNS_LINE: &str = "app runs";
 
 /// What a home's `FORMAT` records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +54,8 @@ struct Recorded {
     engine: HomeEngine,
     /// The block store keeps its parts in the journal (ADR 0013; journal homes only).
     parts_in_journal: bool,
+    /// The app keyspace is indexed by sorted runs (ADR 0014; journal homes only).
+    app_runs: bool,
 }
 const LOCK_FILE: &str = "LOCK";
 /// File name of the block store database (redb engine).
@@ -108,6 +118,13 @@ pub struct HomeOptions {
     pub redb: RedbOptions,
     /// Options of the journal engine (journal engine).
     pub journal: JournalOptions,
+    /// How a journal home's app keyspace is indexed: `None` keeps what an existing home
+    /// records and gives a new journal home the tree (redb table); `Some(index)` creates a
+    /// new journal home with it (recorded in `FORMAT`) and refuses, with
+    /// [`Error::InvalidInput`] and nothing written, an existing home recorded otherwise or
+    /// `Runs` on a redb home. [`KeyspaceIndex::Runs`] (ADR 0014) writes the app's state as
+    /// sorted run files instead of inserting it into the index's B-tree.
+    pub app_index: Option<KeyspaceIndex>,
 }
 
 impl HomeOptions {
@@ -276,12 +293,19 @@ fn not_a_home(path: &Path, op: &'static str) -> Error {
 /// The bytes of a new home's `FORMAT` on `engine`: a redb home's are exactly those of
 /// format 2 before engines existed, so older builds open it too; a journal home's name
 /// its engine and that its parts are kept in the journal.
-pub(crate) fn format_text(engine: HomeEngine) -> String {
+pub(crate) fn format_text(engine: HomeEngine, app_runs: bool) -> String {
     match engine {
         HomeEngine::Redb => format!("{FORMAT_PREFIX}{HOME_FORMAT_VERSION}\n"),
-        e => format!(
-            "{FORMAT_PREFIX}{HOME_FORMAT_VERSION}\n{FORMAT_ENGINE_PREFIX}{e}\n{FORMAT_PARTS_LINE}\n"
-        ),
+        e => {
+            let mut text = format!(
+                "{FORMAT_PREFIX}{HOME_FORMAT_VERSION}\n{FORMAT_ENGINE_PREFIX}{e}\n{FORMAT_PARTS_LINE}\n"
+            );
+            if app_runs {
+                text.push_str(FORMAT_APP_RUNS_LINE);
+                text.push('\n');
+            }
+            text
+        }
     }
 }
 
@@ -303,14 +327,23 @@ fn parse_format(path: &Path, text: &str) -> Result<Recorded> {
     }
     let mut engine = None;
     let mut parts_in_journal = false;
+    let mut app_runs = false;
     for line in lines.map(str::trim).filter(|l| !l.is_empty()) {
-        if line == FORMAT_PARTS_LINE && engine == Some(HomeEngine::Journal) && !parts_in_journal {
+        if line == FORMAT_PARTS_LINE
+            && engine == Some(HomeEngine::Journal)
+            && !parts_in_journal
+            && !app_runs
+        {
             parts_in_journal = true;
+            continue;
+        }
+        if line == FORMAT_APP_RUNS_LINE && engine == Some(HomeEngine::Journal) && !app_runs {
+            app_runs = true;
             continue;
         }
         let name = line
             .strip_prefix(FORMAT_ENGINE_PREFIX)
-            .filter(|_| engine.is_none() && !parts_in_journal)
+            .filter(|_| engine.is_none() && !parts_in_journal && !app_runs)
             .ok_or_else(|| not_a_home(path, "read FORMAT (an unexpected line)"))?;
         engine = Some(HomeEngine::from_name(name.trim()).ok_or_else(|| {
             not_a_home(
@@ -322,6 +355,7 @@ fn parse_format(path: &Path, text: &str) -> Result<Recorded> {
     Ok(Recorded {
         engine: engine.unwrap_or(HomeEngine::Redb),
         parts_in_journal,
+        app_runs,
     })
 }
 
@@ -405,7 +439,8 @@ impl Home {
         let Recorded {
             engine,
             parts_in_journal,
-        } = Self::check_format(&*fs, path, options.engine)?;
+            app_runs,
+        } = Self::check_format(&*fs, path, options.engine, options.app_index)?;
         let storage = match engine {
             HomeEngine::Redb => {
                 let open = |file: &str, name: &str| -> Result<Arc<RedbDb>> {
@@ -449,7 +484,12 @@ impl Home {
                     engine.keyspace(DB_NAMES[0])?
                 } as Arc<dyn Db>,
                 engine.keyspace(DB_NAMES[1])? as Arc<dyn Db>,
-                engine.keyspace(DB_NAMES[2])? as Arc<dyn Db>,
+                // The app's state as sorted runs (ADR 0014), on a home whose FORMAT says so.
+                if app_runs {
+                    engine.keyspace_with(DB_NAMES[2], KeyspaceOptions::indexed_by_runs())?
+                } else {
+                    engine.keyspace(DB_NAMES[2])?
+                } as Arc<dyn Db>,
             ],
         };
         Ok(Home {
@@ -463,13 +503,32 @@ impl Home {
         })
     }
 
-    /// Reads `FORMAT` (version and engine) and checks `asked` against it; for a new home,
-    /// writes it durably, recording `asked` (redb when `None`).
+    /// Reads `FORMAT` (version and engine) and checks `asked` and `app_index` against it;
+    /// for a new home, writes it durably, recording `asked` (redb when `None`) and the app
+    /// index asked.
     fn check_format(
         fs: &dyn FileSystem,
         path: &Path,
         asked: Option<HomeEngine>,
+        app_index: Option<KeyspaceIndex>,
     ) -> Result<Recorded> {
+        let app_runs_asked = app_index.map(|i| i == KeyspaceIndex::Runs);
+        let check_app = |recorded: Recorded| -> Result<Recorded> {
+            match app_runs_asked {
+                Some(runs) if runs != recorded.app_runs => Err(Error::InvalidInput(format!(
+                    "home {}: its app keyspace is indexed by {}, not {} (fixed when the home \
+                     was created; runs exist on journal homes only)",
+                    path.display(),
+                    if recorded.app_runs {
+                        "runs"
+                    } else {
+                        "the tree"
+                    },
+                    if runs { "runs" } else { "the tree" },
+                ))),
+                _ => Ok(recorded),
+            }
+        };
         let fpath = path.join(FORMAT_FILE);
         match fs.open_file(&fpath, OpenMode::Existing) {
             Ok(f) => {
@@ -483,16 +542,23 @@ impl Home {
                         recorded: recorded.engine,
                         requested,
                     }),
-                    _ => Ok(recorded),
+                    _ => check_app(recorded),
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let engine = asked.unwrap_or(HomeEngine::Redb);
+                let app_runs = app_runs_asked.unwrap_or(false);
+                // Refused before the FORMAT is written: nothing is.
+                check_app(Recorded {
+                    engine,
+                    parts_in_journal: false,
+                    app_runs: engine == HomeEngine::Journal && app_runs,
+                })?;
                 let tmp = path.join("FORMAT.tmp");
                 let f = fs
                     .open_file(&tmp, OpenMode::CreateTruncate)
                     .map_err(home_err(path, "create FORMAT"))?;
-                f.write_at(0, format_text(engine).as_bytes())
+                f.write_at(0, format_text(engine, app_runs).as_bytes())
                     .map_err(home_err(path, "write FORMAT"))?;
                 // Without this sync the rename can survive a power cut with the bytes lost:
                 // an empty FORMAT, which every later open refuses as "not a flushpoint home".
@@ -507,6 +573,7 @@ impl Home {
                 Ok(Recorded {
                     engine,
                     parts_in_journal: engine == HomeEngine::Journal,
+                    app_runs,
                 })
             }
             Err(e) => Err(home_err(path, "open FORMAT")(e)),
@@ -571,18 +638,33 @@ mod tests {
             format!("flushpoint home format {HOME_FORMAT_VERSION}\n")
         );
         for e in [HomeEngine::Redb, HomeEngine::Journal] {
-            let r = parse_format(p, &format_text(e)).unwrap();
+            let r = parse_format(p, &format_text(e, false)).unwrap();
             assert_eq!(r.engine, e);
             // A new journal home keeps its parts in the journal (ADR 0013).
             assert_eq!(r.parts_in_journal, e == HomeEngine::Journal);
+            assert!(!r.app_runs);
             assert_eq!(HomeEngine::from_name(e.name()), Some(e));
         }
+        // A journal home whose app is indexed by runs (ADR 0014).
+        assert_eq!(
+            format_text(HomeEngine::Journal, true),
+            "flushpoint home format 2\nengine journal\nparts journal\napp runs\n"
+        );
+        assert_eq!(
+            parse_format(p, &format_text(HomeEngine::Journal, true)).unwrap(),
+            Recorded {
+                engine: HomeEngine::Journal,
+                parts_in_journal: true,
+                app_runs: true
+            }
+        );
         // A journal home from before ADR 0013: parts in the index.
         assert_eq!(
             parse_format(p, "flushpoint home format 2\nengine journal\n").unwrap(),
             Recorded {
                 engine: HomeEngine::Journal,
-                parts_in_journal: false
+                parts_in_journal: false,
+                app_runs: false
             }
         );
     }
@@ -598,6 +680,11 @@ mod tests {
             "flushpoint home format 2\nparts journal\nengine journal\n",
             "flushpoint home format 2\nengine journal\nparts journal\nparts journal\n",
             "flushpoint home format 2\nengine journal\nparts index\n",
+            "flushpoint home format 2\napp runs\n",
+            "flushpoint home format 2\nengine redb\napp runs\n",
+            "flushpoint home format 2\nengine journal\napp runs\napp runs\n",
+            "flushpoint home format 2\nengine journal\napp runs\nparts journal\n",
+            "flushpoint home format 2\napp runs\nengine journal\n",
             "flushpoint home format 2\nsomething\n",
             "flushpoint home format\n",
             "",

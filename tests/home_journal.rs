@@ -309,3 +309,68 @@ fn a_new_journal_home_keeps_parts_in_the_journal_and_an_older_one_in_the_index()
         "flushpoint home format 2\nengine journal\n"
     );
 }
+
+/// A journal home whose app state is indexed by sorted runs (ADR 0014): `FORMAT` says so,
+/// its node reaches the same state as a tree home fed the same chain, it reopens on runs
+/// unasked, and a request for the other index is refused with nothing written, as is runs
+/// on a redb home.
+#[test]
+fn a_journal_home_with_app_runs_records_them_matches_the_tree_and_refuses_the_other_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let tree_home = dir.path().join("tree");
+    let with_runs = HomeOptions {
+        app_index: Some(flushpoint::KeyspaceIndex::Runs),
+        ..journal()
+    };
+    let on_runs = sync(Home::open_with(&runs, with_runs.clone()).unwrap(), 3, 30);
+    let on_tree = sync(Home::open_with(&tree_home, journal()).unwrap(), 3, 30);
+    assert_eq!(on_runs, on_tree, "runs and the tree disagree on the chain");
+    assert_eq!(
+        std::fs::read_to_string(runs.join("FORMAT")).unwrap(),
+        "flushpoint home format 2\nengine journal\nparts journal\napp runs\n"
+    );
+    {
+        let home = Home::open(&runs).unwrap();
+        let engine = home.journal().unwrap().clone();
+        assert_eq!(
+            engine.keyspace("app").unwrap().options().index,
+            flushpoint::KeyspaceIndex::Runs
+        );
+        assert!(engine.usage().unwrap().keyspaces["app"].entries > 0);
+    }
+    // Reopened unasked, it syncs on to the same state as the tree home.
+    let (node, case) = open_node(Home::open(&runs).unwrap());
+    assert_eq!(case, HandshakeCase::Consistent);
+    node.stop(Instant::now()).unwrap();
+    assert_eq!(
+        sync(Home::open(&runs).unwrap(), 0, 40),
+        sync(Home::open(&tree_home).unwrap(), 0, 40)
+    );
+    // The other index asked: refused, nothing written.
+    let before = tree(&runs);
+    let as_tree = HomeOptions {
+        app_index: Some(flushpoint::KeyspaceIndex::Tree),
+        ..HomeOptions::default()
+    };
+    assert!(matches!(
+        Home::open_with(&runs, as_tree),
+        Err(Error::InvalidInput(_))
+    ));
+    assert_eq!(tree(&runs), before);
+    assert!(matches!(
+        Home::open_with(&tree_home, with_runs),
+        Err(Error::InvalidInput(_))
+    ));
+    // Runs on a redb home: refused before its FORMAT exists.
+    let redb_home = dir.path().join("redb");
+    let redb_runs = HomeOptions {
+        app_index: Some(flushpoint::KeyspaceIndex::Runs),
+        ..HomeOptions::default()
+    };
+    assert!(matches!(
+        Home::open_with(&redb_home, redb_runs),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(!redb_home.join("FORMAT").exists());
+}

@@ -116,14 +116,25 @@ fn writes_go_to_runs_and_read_back_from_the_overlay_the_runs_and_after_a_reopen(
     let engine = open(&fs).expect("open");
     let db = app(&engine);
     assert_eq!(db.options().index, KeyspaceIndex::Runs);
-    // Each synced unit is applied inline: one run per round.
+    // Each synced unit is applied inline: one run per round; rounds of one size, so each
+    // step's run is merged with the one below it (ADR 0014: the newest at least half the
+    // next older), into the oldest run: its tombstones are dropped.
     for round in 0..4 {
         write_round(&*db, 40, round);
         assert_eq!(all(&*db), model(40, round), "round {round}");
     }
     let counts = engine.counts();
-    assert_eq!(counts.runs_written, 4, "one run per apply step");
-    assert_eq!(runs_on_disk(&fs).len(), 4);
+    assert_eq!(counts.run_merges, 3);
+    assert_eq!(
+        counts.runs_written,
+        4 + 3,
+        "a run per apply step and per merge"
+    );
+    assert_eq!(
+        runs_on_disk(&fs).len(),
+        7,
+        "the merged inputs stay until a checkpoint no longer lists them"
+    );
     // Point reads: the newest run answers; a key deleted in the last round is absent even
     // though older runs hold a value for it.
     assert_eq!(db.get(&key(1)).unwrap(), Some(value(1, 3)));
@@ -137,18 +148,22 @@ fn writes_go_to_runs_and_read_back_from_the_overlay_the_runs_and_after_a_reopen(
     let app_usage = usage.keyspaces.get(APP).expect("app usage");
     assert_eq!(app_usage.entries, 32);
     assert!(app_usage.index_bytes > 0);
-    // A checkpoint syncs the 4 runs and their directory once, then commits.
+    // A checkpoint syncs the one run left (the merged inputs never will be listed: no
+    // sync) and its directory once, commits, then unlinks the 6 inputs.
     let before = engine.counts();
     engine.checkpoint().expect("checkpoint");
     let after = engine.counts();
-    assert_eq!(after.run_sync_data_calls - before.run_sync_data_calls, 4);
+    assert_eq!(after.run_sync_data_calls - before.run_sync_data_calls, 1);
     assert_eq!(after.dir_sync_calls - before.dir_sync_calls, 1);
     assert_eq!(after.checkpoints - before.checkpoints, 1);
-    // A second checkpoint with nothing new syncs nothing.
+    assert_eq!(after.runs_deleted - before.runs_deleted, 6);
+    assert_eq!(runs_on_disk(&fs), [format!("{:020}.run", 6)]);
+    // The next round's run is merged too; its checkpoint syncs that one output.
     write_round(&*db, 40, 4);
     engine.checkpoint().expect("checkpoint");
     let again = engine.counts();
     assert_eq!(again.run_sync_data_calls - after.run_sync_data_calls, 1);
+    assert_eq!(runs_on_disk(&fs), [format!("{:020}.run", 8)]);
     drop((db, engine));
     let engine = open(&fs).expect("reopen");
     let db = engine.keyspace(APP).expect("keyspace");
@@ -168,11 +183,11 @@ fn an_unlisted_run_is_deleted_on_open_and_its_units_replayed() {
     let db = app(&engine);
     write_round(&*db, 30, 0);
     engine.checkpoint().expect("checkpoint");
-    // Applied, in a run, not checkpointed.
+    // Applied, in run 1, merged with run 0 into run 2; not checkpointed.
     write_round(&*db, 30, 1);
-    assert_eq!(runs_on_disk(&fs).len(), 2);
-    // A power cut now (not a close, which would checkpoint): the second run was never
-    // listed durably; its unit is durable. A stray file no manifest lists is there too.
+    assert_eq!(runs_on_disk(&fs).len(), 3);
+    // A power cut now (not a close, which would checkpoint): runs 1 and 2 were never
+    // listed durably; the unit is durable. A stray file no manifest lists is there too.
     let image = fs.crash_image(DirFate::KeepAll, FileFate::KeepAll);
     drop((db, engine));
     let stray = Path::new(DIR)
@@ -187,12 +202,10 @@ fn an_unlisted_run_is_deleted_on_open_and_its_units_replayed() {
     let engine = open(&image).expect("recovery");
     let db = engine.keyspace(APP).unwrap();
     assert_eq!(all(&*db), model(30, 1));
-    // Run 1 and the stray are deleted; the replayed unit is in a new run, whose id is
-    // above every file seen.
-    assert_eq!(
-        runs_on_disk(&image),
-        [format!("{:020}.run", 0), format!("{:020}.run", 78)]
-    );
+    // Runs 1 (the step's) and 2 (its merge with run 0) and the stray are deleted; the
+    // replayed unit is in a new run whose id is above every file seen (78), merged with
+    // run 0 into run 79 by the open's step, whose checkpoint unlinks both inputs.
+    assert_eq!(runs_on_disk(&image), [format!("{:020}.run", 79)]);
 }
 
 /// A crash image of a journal with two checkpointed runs, and the path of each.
@@ -200,9 +213,11 @@ fn checkpointed_runs() -> (SimFs, Vec<std::path::PathBuf>) {
     let fs = SimFs::new();
     let engine = open(&fs).expect("open");
     let db = app(&engine);
-    write_round(&*db, 30, 0);
-    write_round(&*db, 30, 1);
+    // A small round after a large one: not merged (10 ops beside 200), two runs.
+    write_round(&*db, 200, 0);
+    write_round(&*db, 10, 1);
     engine.checkpoint().expect("checkpoint");
+    assert_eq!(engine.counts().run_merges, 0);
     drop((db, engine));
     let dir = Path::new(DIR).join(RUNS_DIR).join(APP);
     let paths = runs_on_disk(&fs).iter().map(|n| dir.join(n)).collect();

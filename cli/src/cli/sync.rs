@@ -75,6 +75,12 @@ pub struct SyncArgs {
     /// an existing home keeps its own, and naming another is refused.
     #[arg(long, value_enum)]
     pub engine: Option<EngineArg>,
+    /// How a new journal home indexes its app state [default: tree]: `runs` writes it as
+    /// sorted run files (ADR 0014) instead of inserting it into the index's B-tree. Chosen
+    /// only when the home is created: an existing home keeps its own, and naming another
+    /// is refused; `runs` on a redb home is refused.
+    #[arg(long, value_enum)]
+    pub app_index: Option<AppIndexArg>,
     /// Print one JSON object instead of the human summary.
     #[arg(long)]
     pub json: bool,
@@ -113,6 +119,7 @@ pub const CACHE_MIB_MAX: u64 = 1024 * 1024;
 pub fn home_options(a: &SyncArgs) -> CliResult<HomeOptions> {
     let mut options = HomeOptions {
         engine: a.engine.map(EngineArg::engine),
+        app_index: a.app_index.map(AppIndexArg::index),
         ..HomeOptions::default()
     };
     if let Some(mib) = a.cache_mib {
@@ -130,6 +137,24 @@ pub fn home_options(a: &SyncArgs) -> CliResult<HomeOptions> {
         options.redb.cache_bytes = bytes / 3;
     }
     Ok(options)
+}
+
+/// `--app-index`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AppIndexArg {
+    /// A table in the journal's redb index (the default).
+    Tree,
+    /// Sorted run files (ADR 0014).
+    Runs,
+}
+
+impl AppIndexArg {
+    fn index(self) -> flushpoint::KeyspaceIndex {
+        match self {
+            AppIndexArg::Tree => flushpoint::KeyspaceIndex::Tree,
+            AppIndexArg::Runs => flushpoint::KeyspaceIndex::Runs,
+        }
+    }
 }
 
 /// `--prefetch`.
