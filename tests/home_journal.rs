@@ -81,7 +81,7 @@ fn a_journal_home_records_its_engine_and_reopens_on_it_unasked() {
     assert!(home.journal().is_some() && home.redb_dbs().is_none());
     assert_eq!(
         std::fs::read_to_string(path.join("FORMAT")).unwrap(),
-        "flushpoint home format 2\nengine journal\nparts journal\n"
+        "flushpoint home format 2\nengine journal\nparts journal\napp runs\n"
     );
     let mut b = flushpoint::Batch::new();
     b.put(b"k".to_vec(), b"v".to_vec());
@@ -310,8 +310,9 @@ fn a_new_journal_home_keeps_parts_in_the_journal_and_an_older_one_in_the_index()
     );
 }
 
-/// A journal home whose app state is indexed by sorted runs (ADR 0014): `FORMAT` says so,
-/// its node reaches the same state as a tree home fed the same chain, it reopens on runs
+/// A journal home whose app state is indexed by sorted runs (ADR 0014, the default for a
+/// new journal home): `FORMAT` says so, its node reaches the same state as a home created
+/// with the tree (`app_index: Some(Tree)`) fed the same chain, it reopens on runs
 /// unasked, and a request for the other index is refused with nothing written, as is runs
 /// on a redb home.
 #[test]
@@ -324,7 +325,11 @@ fn a_journal_home_with_app_runs_records_them_matches_the_tree_and_refuses_the_ot
         ..journal()
     };
     let on_runs = sync(Home::open_with(&runs, with_runs.clone()).unwrap(), 3, 30);
-    let on_tree = sync(Home::open_with(&tree_home, journal()).unwrap(), 3, 30);
+    let as_tree = HomeOptions {
+        app_index: Some(flushpoint::KeyspaceIndex::Tree),
+        ..journal()
+    };
+    let on_tree = sync(Home::open_with(&tree_home, as_tree.clone()).unwrap(), 3, 30);
     assert_eq!(on_runs, on_tree, "runs and the tree disagree on the chain");
     assert_eq!(
         std::fs::read_to_string(runs.join("FORMAT")).unwrap(),
@@ -349,10 +354,6 @@ fn a_journal_home_with_app_runs_records_them_matches_the_tree_and_refuses_the_ot
     );
     // The other index asked: refused, nothing written.
     let before = tree(&runs);
-    let as_tree = HomeOptions {
-        app_index: Some(flushpoint::KeyspaceIndex::Tree),
-        ..HomeOptions::default()
-    };
     assert!(matches!(
         Home::open_with(&runs, as_tree),
         Err(Error::InvalidInput(_))

@@ -32,7 +32,7 @@ mod support;
 
 use std::collections::{BTreeMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -57,7 +57,7 @@ const SUBSETS_MAX_OPS: usize = 5;
 /// The default seed of the random fates (`FLUSHPOINT_SEED` overrides it).
 const SEED_DEFAULT: u64 = 0x10c4_a1f5;
 /// What ADR 0012 says a journal home's `FORMAT` holds.
-const JOURNAL_FORMAT: &str = "flushpoint home format 2\nengine journal\nparts journal\n";
+const JOURNAL_FORMAT: &str = "flushpoint home format 2\nengine journal\nparts journal\napp runs\n";
 /// The keyspaces, in the order the writes log names them.
 const DBS: [&str; 3] = ["block store", "state", "app"];
 
@@ -554,10 +554,16 @@ fn recovery_check_rejects_an_image_that_lost_the_journals_segments() {
     // which the oracle must refuse (every write was acknowledged).
     let img = fs.crash_image(DirFate::KeepAll, FileFate::KeepAll);
     use flushpoint::FileSystem;
-    let jdir = home().join("journal");
-    for name in img.list(&jdir) {
-        img.remove_file(&jdir.join(name)).unwrap();
+    // Every file under journal/, the app's runs (journal/runs/app/) included.
+    fn remove_files(img: &SimFs, dir: &Path) {
+        for name in img.list(dir) {
+            let path = dir.join(name);
+            if img.remove_file(&path).is_err() {
+                remove_files(img, &path);
+            }
+        }
     }
+    remove_files(&img, &home().join("journal"));
     let e = check_recovery(&img, &r, &want).unwrap_err();
     assert!(e.contains("no prefix"), "{e}");
 }

@@ -68,7 +68,7 @@ fn sync_engine_journal_creates_a_journal_home_that_later_syncs_resume_on() {
     assert!(!home.join("state.redb").exists());
     assert_eq!(
         std::fs::read_to_string(home.join("FORMAT")).unwrap(),
-        "flushpoint home format 2\nengine journal\nparts journal\n"
+        "flushpoint home format 2\nengine journal\nparts journal\napp runs\n"
     );
     // Unasked, the next sync resumes on the journal; the chain matches a redb home's.
     let again = json(&sync_engine(&home, None, 60));
@@ -129,6 +129,7 @@ fn inspect_shows_the_journal_and_rollback_then_sync_reaches_the_uncut_hash() {
         "index_file_bytes",
         "held_segment_bytes",
         "other_segment_bytes",
+        "run_file_bytes",
     ]
     .map(|f| usage[f].as_u64().unwrap());
     assert_eq!(files.iter().sum::<u64>(), disk, "{i}");

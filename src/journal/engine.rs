@@ -388,6 +388,9 @@ pub struct JournalUsage {
     /// Bytes the other segment files occupy (allocated): those at or past the checkpoint
     /// (whole units of every keyspace), the spare, and any doomed one not yet unlinked.
     pub other_segment_bytes: u64,
+    /// Bytes the run files of keyspaces indexed by runs occupy (allocated; ADR 0014): the
+    /// readable runs (each keyspace's share is its `index_bytes`).
+    pub run_file_bytes: u64,
     /// Per keyspace, by name.
     pub keyspaces: BTreeMap<String, KeyspaceUsage>,
 }
@@ -1105,6 +1108,7 @@ impl JournalEngine {
             (txn, st.separated.clone(), held, others, runs)
         };
         let mut usage = JournalUsage {
+            run_file_bytes: 0,
             index_file_bytes: s.allocated_bytes([s.dir.join(INDEX_FILE)])?,
             held_segment_bytes: s.allocated_bytes(held.into_iter().map(|i| s.segment_path(i)))?,
             other_segment_bytes: s.allocated_bytes(
@@ -1177,6 +1181,7 @@ impl JournalEngine {
                 index_bytes: s.allocated_bytes(paths)?,
                 ..KeyspaceUsage::default()
             };
+            usage.run_file_bytes += k.index_bytes;
             let iters = list
                 .iter()
                 .map(|r| RunIter::new(r.clone(), &KeyRange::all(), Direction::Forward))

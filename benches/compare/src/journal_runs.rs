@@ -36,6 +36,7 @@ fn sabotage_heights() -> bool {
 
 /// `FPJ_PREPARE=0` turns prepared segments off (`JournalOptions::prepare_segments`), to
 /// measure what they change; `FPJ_SEPARATE=0` keeps block parts in the index;
+/// `FPJ_APP_RUNS=0` keeps the app's state in the index's tree instead of sorted runs;
 /// `FPJ_APPLY_DELAY_MS` sets `JournalOptions::apply_batch_delay`; `FPJ_INDEX_CACHE_MIB`,
 /// `FPJ_CHECKPOINT_MIB` and `FPJ_OVERLAY_MIB` set `index_cache_bytes`, `checkpoint_bytes` and
 /// `overlay_bytes_max`, to measure what each changes.
@@ -70,6 +71,13 @@ fn open(dir: &Path) -> Result<JournalEngine, String> {
                 KeyspaceOptions::separating_values_from(SEPARATE_VALUES_FROM_BYTES),
             )
             .map_err(fp_err("block store keyspace"))?;
+    }
+    // As a new journal home does (ADR 0014): the app's state in sorted runs. `FPJ_APP_RUNS=0`
+    // keeps it in the index's tree, to measure what that changes.
+    if std::env::var("FPJ_APP_RUNS").map_or(true, |v| v != "0") {
+        engine
+            .keyspace_with(KEYSPACES[2], KeyspaceOptions::indexed_by_runs())
+            .map_err(fp_err("app keyspace"))?;
     }
     Ok(engine)
 }

@@ -251,7 +251,7 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
         ),
         Some(j) => {
             println!(
-                "on disk: journal {} (segments and index, shared by the three databases); units applied through {}, checkpoint at {}; since opening: {} checkpoint(s), {} sync_data",
+                "on disk: journal {} (segments, index and runs, shared by the three databases); units applied through {}, checkpoint at {}; since opening: {} checkpoint(s), {} sync_data",
                 human_bytes(j.disk_size_bytes),
                 j.applied_seq,
                 j.checkpoint_seq,
@@ -260,10 +260,11 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
             );
             let u = &j.usage;
             println!(
-                "  index {}, segments held for block parts {}, other segments {}",
+                "  index {}, segments held for block parts {}, other segments {}, runs {}",
                 human_bytes(u.index_file_bytes),
                 human_bytes(u.held_segment_bytes),
-                human_bytes(u.other_segment_bytes)
+                human_bytes(u.other_segment_bytes),
+                human_bytes(u.run_file_bytes)
             );
             for (name, k) in &u.keyspaces {
                 println!(

@@ -75,8 +75,8 @@ pub struct SyncArgs {
     /// an existing home keeps its own, and naming another is refused.
     #[arg(long, value_enum)]
     pub engine: Option<EngineArg>,
-    /// How a new journal home indexes its app state [default: tree]: `runs` writes it as
-    /// sorted run files (ADR 0014) instead of inserting it into the index's B-tree. Chosen
+    /// How a new journal home indexes its app state [default: runs]: `runs` writes it as
+    /// sorted run files (ADR 0014), `tree` inserts it into the index's B-tree. Chosen
     /// only when the home is created: an existing home keeps its own, and naming another
     /// is refused; `runs` on a redb home is refused.
     #[arg(long, value_enum)]
@@ -142,9 +142,9 @@ pub fn home_options(a: &SyncArgs) -> CliResult<HomeOptions> {
 /// `--app-index`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum AppIndexArg {
-    /// A table in the journal's redb index (the default).
+    /// A table in the journal's redb index.
     Tree,
-    /// Sorted run files (ADR 0014).
+    /// Sorted run files (ADR 0014; the default for a new journal home).
     Runs,
 }
 
