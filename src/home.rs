@@ -515,9 +515,16 @@ impl Home {
         let app_runs_asked = app_index.map(|i| i == KeyspaceIndex::Runs);
         let check_app = |recorded: Recorded| -> Result<Recorded> {
             match app_runs_asked {
+                Some(true) if recorded.engine == HomeEngine::Redb => {
+                    Err(Error::InvalidInput(format!(
+                        "home {}: a redb home's app cannot be indexed by runs (runs need the \
+                         journal engine)",
+                        path.display()
+                    )))
+                }
                 Some(runs) if runs != recorded.app_runs => Err(Error::InvalidInput(format!(
                     "home {}: its app keyspace is indexed by {}, not {} (fixed when the home \
-                     was created; runs exist on journal homes only)",
+                     was created)",
                     path.display(),
                     if recorded.app_runs {
                         "runs"

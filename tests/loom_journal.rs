@@ -107,6 +107,7 @@ fn options(prepare_segments: bool, applier: Applier) -> JournalOptions {
         prepare_segments,
         // Every unit here is small and synced: each takes a prepared segment (the spare).
         prepared_units_below_bytes: flushpoint::PREPARED_UNITS_BELOW_BYTES,
+        run_block_bytes: flushpoint::RUN_BLOCK_BYTES,
     }
 }
 
@@ -307,6 +308,7 @@ fn merge_options(applier: Applier) -> JournalOptions {
         applier,
         prepare_segments: false,
         prepared_units_below_bytes: flushpoint::PREPARED_UNITS_BELOW_BYTES,
+        run_block_bytes: flushpoint::RUN_BLOCK_BYTES,
     }
 }
 

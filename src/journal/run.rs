@@ -147,7 +147,8 @@ pub(crate) struct RunWriter {
     /// Per block written: offset, framed length, first key.
     index: Vec<(u64, u32, Bytes)>,
     key_hashes: Vec<(u64, u64)>,
-    last_key: Option<Bytes>,
+    /// The last key pushed (reused: no allocation per op); `None` before the first.
+    last_key: Option<Vec<u8>>,
     /// Set by the first failure: the writer refuses everything after it.
     failed: bool,
 }
@@ -215,20 +216,21 @@ impl RunWriter {
                 self.name
             )));
         };
-        let key = Bytes::copy_from_slice(key);
         if self.block_first_key.is_none() {
-            self.block_first_key = Some(key.clone());
+            self.block_first_key = Some(Bytes::copy_from_slice(key));
         }
         self.block
             .push(if value.is_some() { OP_PUT } else { OP_DELETE });
         self.block.extend_from_slice(&key_len.to_le_bytes());
-        self.block.extend_from_slice(&key);
+        self.block.extend_from_slice(key);
         if let (Some(v), Some(n)) = (value, value_len) {
             self.block.extend_from_slice(&n.to_le_bytes());
             self.block.extend_from_slice(v);
         }
-        self.key_hashes.push(key_hashes(&key));
-        self.last_key = Some(key);
+        self.key_hashes.push(key_hashes(key));
+        let last = self.last_key.get_or_insert_with(Vec::new);
+        last.clear();
+        last.extend_from_slice(key);
         if self.block.len() >= self.block_bytes {
             self.close_block()?;
         }
