@@ -27,7 +27,7 @@ use redb::{
 };
 
 use super::overlay::{KeyOrdered, NewestPerKey, Overlay, UnitOps};
-use super::run::{Lookup, MergedRuns, RUN_BLOCK_BYTES, Run, RunIter, RunWriter};
+use super::run::{Lookup, MergedRuns, RUN_BLOCK_BYTES, Run, RunWriter};
 use super::unit::{self, Decoded, Header, KEYSPACE_NAME_BYTES_MAX, Layout, Sections, UnitOp};
 use crate::db::{
     BackendCounters, BackendCounts, Batch, CountingBackend, Db, DbIter, Direction, Durability,
@@ -950,9 +950,7 @@ impl JournalEngine {
             create_dir_all_durably(&*s.fs, &kdir)
                 .map_err(s.failing_io("create directory", &kdir))?;
         }
-        let mut txn = s.index.begin_write().map_err(s.failing("begin write"))?;
-        txn.set_durability(redb::Durability::Immediate)
-            .map_err(s.failing("set durability"))?;
+        let txn = s.begin_index_write(redb::Durability::Immediate)?;
         {
             let mut meta = txn.open_table(META).map_err(s.failing("open meta"))?;
             meta.insert(record.0.as_str(), record.1)
@@ -1182,11 +1180,7 @@ impl JournalEngine {
                 ..KeyspaceUsage::default()
             };
             usage.run_file_bytes += k.index_bytes;
-            let iters = list
-                .iter()
-                .map(|r| RunIter::new(r.clone(), &KeyRange::all(), Direction::Forward))
-                .collect();
-            for op in MergedRuns::new(iters, Direction::Forward, false) {
+            for op in MergedRuns::over(&list, &KeyRange::all(), Direction::Forward, false) {
                 let (key, value) = op?;
                 k.entries += 1;
                 k.logical_bytes += (key.len() + value.map_or(0, |v| v.len())) as u64;
@@ -2140,12 +2134,7 @@ impl Shared {
             (st.separated.clone(), kinds)
         };
         let mut new_runs = Vec::new();
-        let mut txn = self
-            .index
-            .begin_write()
-            .map_err(self.failing("begin write"))?;
-        txn.set_durability(redb::Durability::None)
-            .map_err(self.failing("set durability"))?;
+        let txn = self.begin_index_write(redb::Durability::None)?;
         // Per keyspace, its sections from every unit in seq order (keyspaces are
         // independent tables, so grouping keeps each key's order), each with where its
         // unit lies and the layout at the section's start.
@@ -2374,12 +2363,7 @@ impl Shared {
             (st.applied_seq, st.applied_end, first_needed)
         };
         let synced_runs = self.sync_runs()?;
-        let mut txn = self
-            .index
-            .begin_write()
-            .map_err(self.failing("begin write"))?;
-        txn.set_durability(redb::Durability::Immediate)
-            .map_err(self.failing("set durability"))?;
+        let txn = self.begin_index_write(redb::Durability::Immediate)?;
         {
             let mut meta = txn.open_table(META).map_err(self.failing("open meta"))?;
             meta.insert(META_APPLIED_SEQ, applied)
@@ -2452,6 +2436,17 @@ impl Shared {
         self.unlink_doomed()
     }
 
+    /// A write transaction on the index with `durability`; a failure poisons the engine.
+    fn begin_index_write(&self, durability: redb::Durability) -> Result<redb::WriteTransaction> {
+        let mut txn = self
+            .index
+            .begin_write()
+            .map_err(self.failing("begin write"))?;
+        txn.set_durability(durability)
+            .map_err(self.failing("set durability"))?;
+        Ok(txn)
+    }
+
     /// Unlinks the runs merges replaced: the checkpoint's durable manifest, just committed,
     /// no longer lists them. Called with the apply lock held, so no merge dooms one
     /// meanwhile.
@@ -2496,18 +2491,10 @@ impl Shared {
             }
             let inputs = &list[..take];
             let oldest = take == list.len();
-            let iters = inputs
-                .iter()
-                .map(|r| RunIter::new(r.clone(), &KeyRange::all(), Direction::Forward))
-                .collect();
             // Streamed: the inputs are read a block at a time, never whole.
-            let out = self.write_run(&name, MergedRuns::new(iters, Direction::Forward, !oldest))?;
-            let mut txn = self
-                .index
-                .begin_write()
-                .map_err(self.failing("begin write"))?;
-            txn.set_durability(redb::Durability::None)
-                .map_err(self.failing("set durability"))?;
+            let merged = MergedRuns::over(inputs, &KeyRange::all(), Direction::Forward, !oldest);
+            let out = self.write_run(&name, merged)?;
+            let txn = self.begin_index_write(redb::Durability::None)?;
             {
                 let mut manifest = txn.open_table(RUNS).map_err(self.failing("open runs"))?;
                 manifest
@@ -2975,42 +2962,36 @@ impl Db for JournalDb {
         if direction == Direction::Reverse {
             over.reverse();
         }
-        let disk: DbIter<'_> =
-            match (runs, open_read_table(&txn, &self.name, &self.name)?) {
-                // The runs newest first, each key's newest op; tombstones hide older runs' pairs
-                // and are left out.
-                (Some(runs), _) => {
-                    let iters = runs
-                        .iter()
-                        .map(|r| RunIter::new(r.clone(), &range, direction))
-                        .collect();
-                    Box::new(MergedRuns::new(iters, direction, false).map(|op| {
-                        op.map(|(k, v)| (k, v.expect("invariant: tombstones are left out")))
-                    }))
+        let disk: DbIter<'_> = match (runs, open_read_table(&txn, &self.name, &self.name)?) {
+            // The runs newest first, each key's newest op; tombstones hide older runs' pairs
+            // and are left out.
+            (Some(runs), _) => Box::new(
+                MergedRuns::over(&runs, &range, direction, false)
+                    .map(|op| op.map(|(k, v)| (k, v.expect("invariant: tombstones are left out")))),
+            ),
+            (None, None) => Box::new(std::iter::empty()),
+            (None, Some(table)) => {
+                let r = table
+                    .range::<&[u8]>(bounds)
+                    .map_err(|e| Error::storage(&self.name, "range", e))?;
+                let name = self.name.clone();
+                // The stored bytes as they are: a pointer is followed only for a pair the
+                // merge returns (one the overlay shadows is never read).
+                let map = move |item: RedbItem| {
+                    item.map(|(k, v)| {
+                        (
+                            Bytes::copy_from_slice(k.value()),
+                            Bytes::copy_from_slice(v.value()),
+                        )
+                    })
+                    .map_err(|e| Error::storage(&name, "iterate", e))
+                };
+                match direction {
+                    Direction::Forward => Box::new(r.map(map)),
+                    Direction::Reverse => Box::new(r.rev().map(map)),
                 }
-                (None, None) => Box::new(std::iter::empty()),
-                (None, Some(table)) => {
-                    let r = table
-                        .range::<&[u8]>(bounds)
-                        .map_err(|e| Error::storage(&self.name, "range", e))?;
-                    let name = self.name.clone();
-                    // The stored bytes as they are: a pointer is followed only for a pair the
-                    // merge returns (one the overlay shadows is never read).
-                    let map = move |item: RedbItem| {
-                        item.map(|(k, v)| {
-                            (
-                                Bytes::copy_from_slice(k.value()),
-                                Bytes::copy_from_slice(v.value()),
-                            )
-                        })
-                        .map_err(|e| Error::storage(&name, "iterate", e))
-                    };
-                    match direction {
-                        Direction::Forward => Box::new(r.map(map)),
-                        Direction::Reverse => Box::new(r.rev().map(map)),
-                    }
-                }
-            };
+            }
+        };
         // The pin lives as long as the iterator: its pointers stay readable.
         let resolve: Option<Resolve<'_>> = pin.map(|pin| {
             let shared = self.shared();

@@ -801,6 +801,23 @@ impl<R: std::ops::Deref<Target = Run>> MergedRuns<R> {
     }
 }
 
+impl MergedRuns<std::sync::Arc<Run>> {
+    /// Merges the ops of `runs` (newest first) in `range`, all in `direction`; the
+    /// iterator holds the runs (their files stay readable while it lives).
+    pub(crate) fn over(
+        runs: &[std::sync::Arc<Run>],
+        range: &KeyRange,
+        direction: Direction,
+        keep_tombstones: bool,
+    ) -> Self {
+        let iters = runs
+            .iter()
+            .map(|r| RunIter::new(r.clone(), range, direction))
+            .collect();
+        MergedRuns::new(iters, direction, keep_tombstones)
+    }
+}
+
 impl<R: std::ops::Deref<Target = Run>> Iterator for MergedRuns<R> {
     type Item = Result<RunOp>;
 
