@@ -117,8 +117,9 @@ fn writes_go_to_runs_and_read_back_from_the_overlay_the_runs_and_after_a_reopen(
     let db = app(&engine);
     assert_eq!(db.options().index, KeyspaceIndex::Runs);
     // Each synced unit is applied inline: one run per round; rounds of one size, so each
-    // step's run is merged with the one below it (ADR 0014: the newest at least half the
-    // next older), into the oldest run: its tombstones are dropped.
+    // step's run is merged with the one below it (ADR 0014: the newest at least as large as
+    // the next older, which lost its tombstones), into the oldest run: its tombstones are
+    // dropped.
     for round in 0..4 {
         write_round(&*db, 40, round);
         assert_eq!(all(&*db), model(40, round), "round {round}");

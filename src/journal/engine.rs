@@ -145,10 +145,13 @@ const RUN_LEVEL_STEP: u64 = 0;
 /// ahead; 8 bounds both, as the measured prototype did (ADR 0014).
 const RUNS_MAX: usize = 8;
 /// A merge takes the newest runs while their bytes together are at least `1 /
-/// RUN_MERGE_RATIO` of the next older run's. Why 2: the measured prototype's rule (the
-/// newest merged while it is at least half the one below), which kept the app's state
-/// written ~3.7× and made the applier 3.1× faster than redb at 300k light blocks.
-const RUN_MERGE_RATIO: u64 = 2;
+/// RUN_MERGE_RATIO` of the next older run's. Why 1 (the newest together at least as large
+/// as the next older): the prototype's ½ (2) rewrote the app's state more often. Measured
+/// (fourteenth session, the tool, 300k light blocks, 2 interleaved rounds,
+/// `benches/compare/PERFORMANCE.md`): 1 wrote 1.78–1.79 GB of runs in 7 merges against
+/// 2.39–2.43 GB in 10, and took 19.9 / 19.9 s against 20.8 / 20.3 s; with at most 16 runs
+/// instead of 8 it was no faster (20.2 / 20.2 s).
+const RUN_MERGE_RATIO: u64 = 1;
 /// The journal's subdirectory holding one directory of run files per keyspace indexed by
 /// runs (ADR 0014): `runs/<keyspace>/<id>.run`.
 pub const RUNS_DIR: &str = "runs";
@@ -3114,17 +3117,19 @@ mod tests {
     use super::*;
 
     /// The merge policy against ADR 0014's rule, worked by hand: the newest runs are taken
-    /// while their bytes together are at least half the next older run's, and at most 8
-    /// runs remain.
+    /// while their bytes together are at least the next older run's, and at most 8 runs
+    /// remain.
     #[test]
     fn the_merge_policy_takes_the_newest_runs_by_the_adr_rule() {
-        let cases: [(&[u64], usize); 10] = [
+        let cases: [(&[u64], usize); 12] = [
             (&[], 0),
             (&[5], 0),
             (&[1, 1], 2),
-            (&[1, 2], 2),
+            (&[1, 2], 0),
+            (&[2, 1], 2),
             (&[1, 3], 0),
-            (&[1, 1, 3], 3),
+            (&[1, 1, 3], 2),
+            (&[2, 2, 3], 3),
             (&[1, 1, 5], 2),
             (&[2, 1, 100, 100], 2),
             // Each run 3× the one before: no ratio holds, the cap takes the newest 2.
