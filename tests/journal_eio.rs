@@ -635,12 +635,17 @@ fn sweep(applier: Applier, seed: u64) -> (Figures, Vec<String>) {
         // applier's commit in flight may finish — at most two index syncs (one redb
         // commit). Never the failed file: that is what a retry would sync.
         // Likewise the applier's spare segment in preparation (zeros, no unit: its sync
-        // makes nothing durable that anyone was told of): at most its one sync.
+        // makes nothing durable that anyone was told of): at most its one sync; and a
+        // checkpoint's run sync in flight (ADR 0014: a run no durable manifest lists yet,
+        // and the fenced index never lists it), or its directory's: the checkpoint checks
+        // the poison before each.
         let index_only = log[err_at as usize..]
             .iter()
             .filter(|(op, _)| is_sync(*op))
             .all(|(_, p)| {
-                p.ends_with(flushpoint::INDEX_FILE) || p.ends_with(flushpoint::SPARE_SEGMENT_FILE)
+                p.ends_with(flushpoint::INDEX_FILE)
+                    || p.ends_with(flushpoint::SPARE_SEGMENT_FILE)
+                    || p.starts_with(Path::new(DIR).join(flushpoint::RUNS_DIR))
             });
         let raced = match applier {
             Applier::Inline => !syncs_after.is_empty() || after_err > 0,

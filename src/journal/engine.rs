@@ -2548,6 +2548,9 @@ impl Shared {
         let mut dirs = BTreeSet::new();
         for (name, run) in &unsynced {
             let path = runs_dir(&self.dir, name).join(run_file_name(run.id()));
+            // Before each sync: a failure on another thread (a writer's segment sync) stops
+            // the checkpoint here, not after its last run (at most the sync in flight).
+            self.poison.check(ENGINE_NAME)?;
             self.step.point();
             run.sync_data()
                 .map_err(self.failing_io("fsync run", &path))?;
@@ -2556,6 +2559,7 @@ impl Shared {
         }
         for name in dirs {
             let kdir = runs_dir(&self.dir, name);
+            self.poison.check(ENGINE_NAME)?;
             self.step.point();
             self.fs
                 .sync_dir(&kdir)
