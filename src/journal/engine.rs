@@ -1737,7 +1737,14 @@ impl Shared {
         &self,
         op: &'static str,
     ) -> impl FnOnce(E) -> Error + '_ {
-        move |e| self.fail(Error::storage(ENGINE_NAME, op, e))
+        move |e| {
+            // Poisoned already (another thread's failure): the index is fenced and refused
+            // this call for that reason; the caller is told the first cause, not the fence.
+            if let Err(poisoned) = self.poison.check(ENGINE_NAME) {
+                return poisoned;
+            }
+            self.fail(Error::storage(ENGINE_NAME, op, e))
+        }
     }
 
     /// `map_err` for a file operation on the write path: the failure poisons the engine.
