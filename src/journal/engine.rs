@@ -138,7 +138,7 @@ const INDEX_KIND_RUNS: u64 = 1;
 const RUNS: TableDefinition<(&str, u64), u64> = TableDefinition::new("journal.runs");
 /// The level of a run written by an apply step or a merge (one level today: the manifest's
 /// value is kept for a leveled policy).
-const RUN_LEVEL_STEP: u64 = 0;
+const RUN_LEVEL: u64 = 0;
 /// Runs a keyspace holds at most after a step's merges: past it, the newest are merged
 /// whatever their sizes. Why 8: a read of a key no run holds probes every run's filter
 /// (each passes ~1 % of absent keys: a `pread` each), and a range reads a block per run
@@ -489,6 +489,20 @@ struct State {
     /// Runs a merge replaced: unlinked after the next checkpoint, whose durable manifest
     /// no longer lists them (a reader holding one keeps its open file).
     doomed_runs: Vec<(String, Arc<Run>)>,
+}
+
+impl State {
+    /// After a durable commit that followed [`Shared::sync_runs`] (which synced `synced`
+    /// runs): every run written so far is listed durably and needs no sync. The caller
+    /// holds the apply lock, so no run was written since the syncs.
+    fn runs_listed_durably(&mut self, synced: usize) {
+        assert_eq!(
+            self.unsynced_runs.len(),
+            synced,
+            "invariant: a durable commit lists only the runs synced before it"
+        );
+        self.unsynced_runs.clear();
+    }
 }
 
 #[derive(Debug)]
@@ -975,12 +989,7 @@ impl JournalEngine {
         // all in the default one.
         txn.commit().map_err(s.failing("record keyspace"))?;
         let mut st = s.lock_state();
-        assert_eq!(
-            st.unsynced_runs.len(),
-            synced_runs,
-            "invariant: a durable commit lists only synced runs"
-        );
-        st.unsynced_runs.clear();
+        st.runs_listed_durably(synced_runs);
         match options.separate_values_from {
             Some(from) => {
                 st.separated.insert(name.to_string(), u64::from(from));
@@ -2179,7 +2188,7 @@ impl Shared {
                 let run = self.write_run(name, ops)?;
                 txn.open_table(RUNS)
                     .map_err(self.failing("open runs"))?
-                    .insert((name, run.id()), RUN_LEVEL_STEP)
+                    .insert((name, run.id()), RUN_LEVEL)
                     .map_err(self.failing("write runs"))?;
                 new_runs.push((name.to_string(), run));
                 continue;
@@ -2394,13 +2403,7 @@ impl Shared {
         bump(&self.counters.checkpoints, 1);
         let punch = {
             let mut st = self.lock_state();
-            // The apply lock is held: no run was written since the syncs.
-            assert_eq!(
-                st.unsynced_runs.len(),
-                synced_runs,
-                "invariant: a checkpoint lists only the runs it synced"
-            );
-            st.unsynced_runs.clear();
+            st.runs_listed_durably(synced_runs);
             st.checkpoint_seq = applied;
             st.bytes_since_checkpoint = 0;
             st.last_checkpoint = Instant::now();
@@ -2508,7 +2511,7 @@ impl Shared {
             {
                 let mut manifest = txn.open_table(RUNS).map_err(self.failing("open runs"))?;
                 manifest
-                    .insert((name.as_str(), out.id()), RUN_LEVEL_STEP)
+                    .insert((name.as_str(), out.id()), RUN_LEVEL)
                     .map_err(self.failing("write runs"))?;
                 for r in inputs {
                     manifest
