@@ -522,3 +522,52 @@ fn an_app_outside_the_group_is_written_after_the_unit() {
     );
     node.stop(Instant::now()).unwrap();
 }
+
+/// One window in flight, through the journal too (ADR 0015): a background flush point's
+/// window stays in flight until the journal has applied it, so the next window freezes only
+/// then and the unapplied units never hold more than one window. The applier here never
+/// applies on its own (an hour's batching delay and checkpoint interval, an overlay budget
+/// nothing reaches): only the flush thread's wait makes it apply. Without that wait every
+/// window would stay in the overlay, and the peak would be all of them (`mutants` and the
+/// planted check in docs/TESTING.md: "One window in flight").
+#[test]
+fn a_background_window_is_applied_before_the_next_one_freezes() {
+    const WINDOWS: u64 = 8;
+    let fs = SimFs::new();
+    let options = JournalOptions {
+        applier: Applier::Background,
+        apply_batch_delay: Duration::from_secs(3600),
+        checkpoint_interval: Duration::from_secs(3600),
+        overlay_bytes_max: u64::MAX / 4,
+        ..options()
+    };
+    let engine = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options).unwrap();
+    let ks = |n: &str| engine.keyspace(n).unwrap() as Arc<dyn Db>;
+    let app = KvApp::open(Arc::new(HoldingDb::new(ks(KEYSPACES[2])))).unwrap();
+    let (mut node, _) = Node::open(
+        ks(KEYSPACES[0]),
+        ks(KEYSPACES[1]),
+        Box::new(app),
+        spec().chain(),
+        Box::new(flushpoint::NoEvents),
+    )
+    .unwrap();
+    node.start_block_sync(policy(true), Instant::now()).unwrap();
+    let before = engine.counts();
+    for _ in 0..WINDOWS * WINDOW {
+        let (b, p, c) = spec().next_block(node.state());
+        node.sync_block(&b, &p, &c, Instant::now()).unwrap();
+    }
+    node.switch_to_consensus(Instant::now()).unwrap();
+    let after = engine.counts();
+    let units = after.units_written - before.units_written;
+    assert_eq!(units, WINDOWS, "one unit per window");
+    let per_window = (after.journal_bytes_written - before.journal_bytes_written) / units;
+    // Windows of two light blocks differ by a few per cent; two of them would be 2×.
+    assert!(
+        after.overlay_bytes_peak < per_window * 3 / 2,
+        "the unapplied units held {} bytes at once: more than one window ({per_window} bytes)",
+        after.overlay_bytes_peak
+    );
+    node.stop(Instant::now()).unwrap();
+}

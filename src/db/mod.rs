@@ -295,6 +295,15 @@ pub trait UnitGroup: Send + Sync + Debug {
     /// and every member refuse further calls. An unknown member is refused before anything
     /// is written.
     fn write_unit(&self, parts: &mut [UnitPart<'_, '_>], durability: Durability) -> Result<()>;
+
+    /// Returns once every unit written so far has left the group's memory. A group that
+    /// applies durable units in the background (the journal engine) keeps each unit's
+    /// writes in memory until they are applied; the node's flush thread calls this after
+    /// its unit, so that the open window and one window in flight are all the node holds
+    /// (ADR 0015). `Err`: the group is poisoned. A group that keeps nothing in memory after
+    /// a write returns `Ok` at once; a wrapper forwards to the group it wraps (no default:
+    /// a wrapper that forgot would let the node hold any number of windows).
+    fn wait_applied(&self) -> Result<()>;
 }
 
 /// One member's part of a [`UnitGroup::write_unit`]: its name and its entries.

@@ -23,7 +23,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use hashbrown::{HashTable, hash_table};
 
 use crate::db::{
@@ -47,6 +47,59 @@ pub(crate) const WRITE_GENERATION_BUCKETS: usize = 4096;
 #[cfg(loom)]
 pub(crate) const WRITE_GENERATION_BUCKETS: usize = 4;
 const _: () = assert!(WRITE_GENERATION_BUCKETS.is_power_of_two());
+
+/// Keys and values shorter than this are copied into the window's chunks ([`Chunks`]);
+/// longer ones (a block's parts) are kept as the caller's `Bytes`. Why 1 KiB: a copy that
+/// small costs less than the allocation it saves, and a longer value is few enough per
+/// window that its own allocation and reference-count header do not matter.
+pub(crate) const HELD_COPY_BELOW_BYTES: usize = 1024;
+/// The first chunk of a window, in bytes. Why small: a consensus block's window holds a few
+/// KiB, and the journal keeps its chunks until it is applied.
+const CHUNK_FIRST_BYTES: usize = 4 * 1024;
+/// The largest chunk, in bytes: chunks double from [`CHUNK_FIRST_BYTES`] up to this. Why
+/// 1 MiB: a 64 MiB window takes ~70 of them; a read that keeps a held value keeps its chunk.
+const CHUNK_MAX_BYTES: usize = 1024 * 1024;
+const _: () = assert!(HELD_COPY_BELOW_BYTES <= CHUNK_FIRST_BYTES);
+
+/// Where a window keeps its short keys and values: copied into a few large buffers it
+/// shares out as slices (`Bytes` with one reference count per chunk), not one allocation
+/// (and, once shared, one reference-count header) per key and per value: a held key of a
+/// light block's shape took 138 B beyond its bytes, and takes 87–98 B
+/// (`tests/held_memory.rs`). The window's millions of small writes leave the allocator a
+/// few large blocks to free, on whichever thread drops the last slice (the applier).
+#[derive(Debug, Default)]
+struct Chunks {
+    /// The chunk being filled: its spare capacity takes the next copies.
+    open: BytesMut,
+    /// The size of the next chunk.
+    next_bytes: usize,
+    /// Bytes of values a later write replaced: still in a chunk, counted as memory.
+    replaced_bytes: u64,
+}
+
+impl Chunks {
+    /// `b` as the window keeps it: copied into a chunk when short, else shared as it is.
+    fn keep(&mut self, b: &Bytes) -> Bytes {
+        if b.len() >= HELD_COPY_BELOW_BYTES || b.is_empty() {
+            return b.clone();
+        }
+        if self.open.capacity() - self.open.len() < b.len() {
+            let size = self.next_bytes.max(CHUNK_FIRST_BYTES);
+            self.open = BytesMut::with_capacity(size);
+            self.next_bytes = (size * 2).min(CHUNK_MAX_BYTES);
+        }
+        self.open.extend_from_slice(b);
+        // Shares the chunk: no allocation once the first slice made it shared.
+        self.open.split().freeze()
+    }
+
+    /// A held value of `len` bytes was replaced: a short one stays in its chunk.
+    fn replaced(&mut self, len: usize) {
+        if len < HELD_COPY_BELOW_BYTES {
+            self.replaced_bytes += len as u64;
+        }
+    }
+}
 
 /// The generations of the latest writes, by key bucket, and the global counter.
 ///
@@ -137,6 +190,8 @@ struct Overlay {
     /// it, without holding the lock or copying it.
     sorted: Mutex<Arc<Vec<u32>>>,
     held_bytes: u64,
+    /// The window's copies of its short keys and values.
+    chunks: Chunks,
 }
 
 fn entry_bytes(k: &Bytes, v: &Option<Bytes>) -> u64 {
@@ -195,7 +250,16 @@ impl Overlay {
             hasher: RandomState::new(),
             sorted: Mutex::default(),
             held_bytes: 0,
+            chunks: Chunks::default(),
         }
+    }
+
+    /// The memory the window takes as the flush trigger counts it: key and value bytes,
+    /// replaced values still in a chunk, and [`crate::HELD_KEY_BYTES`] per key.
+    fn memory(&self) -> u64 {
+        self.held_bytes
+            + self.chunks.replaced_bytes
+            + self.entries.len() as u64 * crate::node::HELD_KEY_BYTES
     }
 
     fn len(&self) -> usize {
@@ -216,18 +280,21 @@ impl Overlay {
 
     fn apply(&mut self, op: &Op) {
         let (k, v) = match op {
-            Op::Put(k, v) => (k, Some(v.clone())),
+            Op::Put(k, v) => (k, Some(v)),
             Op::Delete(k) => (k, None),
         };
         self.put(k, v);
     }
 
     /// Holds `value` for `key` (`None`: a delete), replacing what the window held for it.
-    fn put(&mut self, key: &Bytes, value: Option<Bytes>) {
-        let add = entry_bytes(key, &value);
+    /// Short keys and values are copied into the window's chunks.
+    fn put(&mut self, key: &Bytes, value: Option<&Bytes>) {
+        let add = (key.len() + value.map_or(0, |v| v.len())) as u64;
         let hash = self.hasher.hash_one(&key[..]);
         let entries = &mut self.entries;
+        let chunks = &mut self.chunks;
         let hasher = &self.hasher;
+        let value = value.map(|v| chunks.keep(v));
         match self.index.entry(
             hash,
             |&i| entries[i as usize].0 == key,
@@ -236,11 +303,14 @@ impl Overlay {
             hash_table::Entry::Occupied(at) => {
                 let held = &mut entries[*at.get() as usize];
                 self.held_bytes -= entry_bytes(&held.0, &held.1);
+                if let Some(old) = &held.1 {
+                    chunks.replaced(old.len());
+                }
                 held.1 = value;
             }
             hash_table::Entry::Vacant(at) => {
                 at.insert(position(entries.len()));
-                entries.push((key.clone(), value));
+                entries.push((chunks.keep(key), value));
             }
         }
         self.held_bytes += add;
@@ -298,6 +368,10 @@ impl Overlay {
             hasher: self.hasher.clone(),
             sorted: Mutex::new(self.sorted.lock().expect("order lock").clone()),
             held_bytes: self.held_bytes,
+            chunks: Chunks {
+                replaced_bytes: self.chunks.replaced_bytes,
+                ..Chunks::default()
+            },
         }
     }
 }
@@ -391,6 +465,13 @@ impl<D: Db> HoldingDb<D> {
             .map_or(0, |f| f.held_bytes)
     }
 
+    /// The memory the open overlay takes, as the flush trigger counts it
+    /// ([`crate::FlushPolicy`]): its key and value bytes, the bytes of short values it
+    /// replaced (still in its chunks), and [`crate::HELD_KEY_BYTES`] per key.
+    pub fn held_memory(&self) -> u64 {
+        self.held.read().expect("held lock").active.memory()
+    }
+
     /// Keys held in the open overlay.
     pub fn held_keys(&self) -> usize {
         self.held.read().expect("held lock").active.len()
@@ -425,7 +506,7 @@ impl<D: Db> HoldingDb<D> {
         let window = Arc::try_unwrap(window).unwrap_or_else(|shared| shared.duplicate());
         let newer = std::mem::replace(&mut h.active, window);
         for (k, v) in newer.entries {
-            h.active.put(&k, v);
+            h.active.put(&k, v.as_ref());
         }
     }
 
@@ -751,6 +832,11 @@ pub trait HeldStore: Send + Sync + std::fmt::Debug {
     fn write_frozen(&self) -> Result<HeldWrite>;
     /// See [`HoldingDb::frozen_bytes`].
     fn frozen_bytes(&self) -> u64;
+    /// See [`HoldingDb::held_memory`]: what the flush trigger counts for the app's window.
+    /// `None` (the default): the app's [`crate::App::held_bytes`] counts instead.
+    fn held_memory(&self) -> Option<u64> {
+        None
+    }
     /// See [`HoldingDb::unit_member`]. When it is the group of the node's own databases,
     /// the node writes this store's frozen window in the flush point's unit (ADR 0011)
     /// through [`HeldStore::frozen_window`] and [`HeldStore::frozen_written`], instead of
@@ -809,6 +895,9 @@ impl<D: Db> HeldStore for HoldingDb<D> {
     }
     fn frozen_bytes(&self) -> u64 {
         HoldingDb::frozen_bytes(self)
+    }
+    fn held_memory(&self) -> Option<u64> {
+        Some(HoldingDb::held_memory(self))
     }
     fn unit_member(&self) -> Option<UnitMember> {
         HoldingDb::unit_member(self)
@@ -1066,7 +1155,7 @@ mod tests {
                 })
                 .collect();
             for (n, k) in keys.iter().enumerate() {
-                o.put(k, (n % 2 == 0).then(|| Bytes::from_static(b"v")));
+                o.put(k, (n % 2 == 0).then(|| Bytes::from_static(b"v")).as_ref());
                 if n % 7 == 3 {
                     // A range between writes settles part of the window: the rest merges in.
                     o.sorted_positions();

@@ -450,6 +450,9 @@ struct State {
     /// Every unit with seq ≤ this is durable.
     durable_through: u64,
     applied_seq: u64,
+    /// Callers in [`Shared::wait_applied`]: the background applier applies at once while
+    /// there are any (no batching delay).
+    apply_waiters: usize,
     /// Where the last applied unit ends (segment, offset after it).
     applied_end: (u64, u64),
     checkpoint_seq: u64,
@@ -797,6 +800,7 @@ impl JournalEngine {
             overlay_bytes: 0,
             durable_through: written_through,
             applied_seq,
+            apply_waiters: 0,
             applied_end,
             checkpoint_seq: applied_seq,
             bytes_since_checkpoint: 0,
@@ -1834,6 +1838,48 @@ impl Shared {
         Ok(())
     }
 
+    /// Waits (or, inline, applies) until every unit written before the call is applied:
+    /// its writes have left the overlay. Unsynced units are synced first (they cannot be
+    /// applied before).
+    fn wait_applied(&self) -> Result<()> {
+        let target = self.lock_writer().written_through;
+        self.lock_state().apply_waiters += 1;
+        self.changed.notify_all();
+        let waited = self.wait_applied_through(target);
+        self.lock_state().apply_waiters -= 1;
+        waited
+    }
+
+    fn wait_applied_through(&self, target: u64) -> Result<()> {
+        loop {
+            self.poison.check(ENGINE_NAME)?;
+            let st = self.lock_state();
+            // Closing: the close applies what is left (a wait for memory, not durability).
+            if st.applied_seq >= target || st.stop {
+                return Ok(());
+            }
+            if st.durable_through < target {
+                drop(st);
+                let mut w = self.lock_writer();
+                self.sync_active(&mut w)?;
+                continue;
+            }
+            match self.options.applier {
+                Applier::Inline => {
+                    drop(st);
+                    self.apply_step(false)?;
+                }
+                Applier::Background => {
+                    // Timed: a poison set between the check and the wait is seen anyway.
+                    let _ = self
+                        .changed
+                        .wait_timeout(st, Duration::from_millis(50))
+                        .expect("journal state lock");
+                }
+            }
+        }
+    }
+
     /// Waits (or, inline, applies) until the overlay is under its budget. Unsynced units
     /// cannot be applied, so they are synced first when they are what blocks the budget.
     fn wait_for_room(&self, w: &mut Writer, db: &str) -> Result<()> {
@@ -2183,9 +2229,10 @@ impl Shared {
                 if parts.iter().all(|(_, ops, ..)| ops.is_empty()) {
                     continue;
                 }
-                let sections = parts.iter().map(|(ordered, ..)| *ordered).collect();
+                let sections: Vec<_> = parts.iter().map(|(ordered, ..)| *ordered).collect();
+                let keys_max = sections.iter().map(|s| s.len() as u64).sum();
                 let ops = NewestPerKey::new(sections).map(|(k, v)| Ok((k.clone(), v.clone())));
-                let run = self.write_run(name, ops)?;
+                let run = self.write_run(name, ops, keys_max)?;
                 txn.open_table(RUNS)
                     .map_err(self.failing("open runs"))?
                     .insert((name, run.id()), RUN_LEVEL)
@@ -2323,10 +2370,13 @@ impl Shared {
     /// opens it. A failure poisons the engine: the run may be partial, and is not listed.
     // Crash: a cut while it is written leaves a partial run no manifest lists: the next
     // open deletes it and replays the units it held.
+    /// Writes `ops` (at most `keys_max` of them, strictly increasing keys) as a new run of
+    /// `keyspace`, unsynced.
     fn write_run(
         &self,
         keyspace: &str,
         ops: impl Iterator<Item = Result<UnitOp>>,
+        keys_max: u64,
     ) -> Result<Arc<Run>> {
         let id = {
             let mut st = self.lock_state();
@@ -2342,6 +2392,7 @@ impl Shared {
         let mut writer =
             RunWriter::with_block_bytes(file, keyspace, id, self.options.run_block_bytes)
                 .map_err(|e| self.fail(e))?;
+        writer.reserve_keys(usize::try_from(keys_max).unwrap_or(usize::MAX));
         for op in ops {
             let (k, v) = op.map_err(|e| self.fail(e))?;
             writer.push(&k, v.as_deref()).map_err(|e| self.fail(e))?;
@@ -2506,7 +2557,8 @@ impl Shared {
             let oldest = take == list.len();
             // Streamed: the inputs are read a block at a time, never whole.
             let merged = MergedRuns::over(inputs, &KeyRange::all(), Direction::Forward, !oldest);
-            let out = self.write_run(&name, merged)?;
+            let keys_max = inputs.iter().map(|r| r.ops()).sum();
+            let out = self.write_run(&name, merged, keys_max)?;
             let txn = self.begin_index_write(redb::Durability::None)?;
             {
                 let mut manifest = txn.open_table(RUNS).map_err(self.failing("open runs"))?;
@@ -2675,6 +2727,7 @@ impl Shared {
                     let apply_due = durable_age.is_some_and(|age| {
                         age >= self.options.apply_batch_delay
                             || st.overlay_bytes >= self.options.overlay_bytes_max / 2
+                            || st.apply_waiters > 0
                     });
                     if apply_due || time_due {
                         break;
@@ -3071,6 +3124,10 @@ impl UnitGroup for Handle {
         }
         self.shared
             .commit(ENGINE_NAME, Sections(sections), durability)
+    }
+
+    fn wait_applied(&self) -> Result<()> {
+        self.shared.wait_applied()
     }
 }
 

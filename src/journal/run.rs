@@ -95,16 +95,16 @@ struct Bloom {
 
 /// The two base hashes of `key` (crc32 from two seeds; the second forced odd, so the
 /// probes step through every bit).
-fn key_hashes(key: &[u8]) -> (u64, u64) {
+fn key_hashes(key: &[u8]) -> (u32, u32) {
     let mut a = crc32fast::Hasher::new_with_initial(0x5bd1_e995);
     a.update(key);
     let mut b = crc32fast::Hasher::new_with_initial(0x1b87_3593);
     b.update(key);
-    (u64::from(a.finalize()), u64::from(b.finalize()) | 1)
+    (a.finalize(), b.finalize() | 1)
 }
 
 impl Bloom {
-    fn with_keys(hashes: impl ExactSizeIterator<Item = (u64, u64)>) -> Self {
+    fn with_keys(hashes: impl ExactSizeIterator<Item = (u32, u32)>) -> Self {
         let bit_count = (hashes.len() as u64 * BLOOM_BITS_PER_KEY).max(64);
         let mut bloom = Bloom {
             hashes: BLOOM_HASHES,
@@ -127,7 +127,8 @@ impl Bloom {
 
 /// The bits a key's hashes `(h1, h2)` set in a filter of `bit_count` bits:
 /// `h1 + i·h2 mod bit_count` for `i` in `0..hashes` (double hashing).
-fn probes(hashes: u8, bit_count: u64, (h1, h2): (u64, u64)) -> impl Iterator<Item = u64> {
+fn probes(hashes: u8, bit_count: u64, (h1, h2): (u32, u32)) -> impl Iterator<Item = u64> {
+    let (h1, h2) = (u64::from(h1), u64::from(h2));
     (0..u64::from(hashes)).map(move |i| h1.wrapping_add(i.wrapping_mul(h2)) % bit_count)
 }
 
@@ -146,7 +147,9 @@ pub(crate) struct RunWriter {
     block_bytes: usize,
     /// Per block written: offset, framed length, first key.
     index: Vec<(u64, u32, Bytes)>,
-    key_hashes: Vec<(u64, u64)>,
+    /// Each key's two base hashes (8 bytes a key: a merge's run of millions of keys holds
+    /// them until [`RunWriter::finish`] sizes the filter).
+    key_hashes: Vec<(u32, u32)>,
     /// The last key pushed (reused: no allocation per op); `None` before the first.
     last_key: Option<Vec<u8>>,
     /// Set by the first failure: the writer refuses everything after it.
@@ -194,6 +197,12 @@ impl RunWriter {
             last_key: None,
             failed: false,
         })
+    }
+
+    /// Makes room for `keys` more keys' hashes at once (the caller's bound on what it will
+    /// push), so the list does not grow by doubling to twice what it needs.
+    pub(crate) fn reserve_keys(&mut self, keys: usize) {
+        self.key_hashes.reserve_exact(keys);
     }
 
     /// Adds an op: `Some(value)` a put, `None` a tombstone. `Err(InvalidInput)` when `key`
@@ -477,7 +486,6 @@ impl Run {
     }
 
     /// Ops in the run.
-    #[cfg_attr(not(test), expect(dead_code, reason = "ADR 0014 step 3: merges"))]
     pub(crate) fn ops(&self) -> u64 {
         self.ops
     }

@@ -13,10 +13,21 @@ use std::time::{Duration, Instant};
 /// stalled peer must not keep blocks in memory forever (the timer fires with no block).
 pub const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 
-/// The most bytes any one database may hold before a flush point. Why: bounds memory
-/// (3 × 64 MiB at worst) and the size of one synced batch; a 64 MiB batch costs ~0.3 s of
-/// sequential writes on this machine class.
+/// The most memory the open window may take, over the three databases together, before a
+/// flush point: key and value bytes plus [`HELD_KEY_BYTES`] per held key. Why: it bounds
+/// the node's memory (the open window and the one in flight: two windows) and the size of
+/// one synced unit; a 64 MiB unit costs ~0.3 s of sequential writes on this machine class.
 pub const FLUSH_BYTES_MAX: u64 = 64 * 1024 * 1024;
+
+/// The memory a held key takes beyond its key and value bytes, as the flush trigger counts
+/// it. Why 96: the window's entry (two `Bytes`, 64 B) and its hash and key-order slots
+/// (~10 B), with the slack of a vector grown by doubling (a database's first window
+/// measured 98 B per key at 100,000 keys; a later window starts at the size of the one
+/// before); a short key and value are copied into the window's chunks, with no allocation
+/// of their own (`tests/held_memory.rs` measures it with a counting allocator). A light
+/// block's keys carry ~140 B of key and value each: without this the cap let a light
+/// window take about twice its key and value bytes.
+pub const HELD_KEY_BYTES: u64 = 96;
 
 const _: () = assert!(FLUSH_BYTES_MAX >= 2 * crate::types::BLOCK_PART_SIZE_BYTES as u64 * 16);
 
@@ -42,7 +53,8 @@ impl FlushTrigger {
 pub enum FlushTrigger {
     /// `FLUSH_INTERVAL` passed since the last flush point.
     Interval,
-    /// A database holds more than `FLUSH_BYTES_MAX`.
+    /// The open window takes more than [`FlushPolicy::held_bytes_max`] of memory, over the
+    /// three databases ([`FlushInputs::held_bytes`]).
     HeldBytes,
     /// The window reached the configured number of blocks.
     WindowBlocks,
@@ -61,7 +73,8 @@ pub enum FlushTrigger {
 pub struct FlushPolicy {
     /// Longest time between flush points.
     pub interval: Duration,
-    /// Most bytes one database may hold.
+    /// Most memory the open window may take, over the three databases together
+    /// ([`FlushInputs::held_bytes`]).
     pub held_bytes_max: u64,
     /// Most blocks in one window (`None`: no limit). Tests use it for exact windows.
     pub window_blocks_max: Option<u64>,
@@ -91,7 +104,10 @@ impl Default for FlushPolicy {
 pub struct FlushInputs {
     /// Time since the end of the last flush point.
     pub since_last_flush: Duration,
-    /// Bytes held by the block store, the state and the app.
+    /// Memory the open window takes in the block store, the state and the app
+    /// ([`crate::HoldingDb::held_memory`]: key and value bytes, replaced short values still
+    /// kept, and [`HELD_KEY_BYTES`] per key; for an app without a held store, its
+    /// [`crate::App::held_bytes`]).
     pub held_bytes: [u64; 3],
     /// Blocks held (the window's length).
     pub held_blocks: u64,
@@ -115,7 +131,7 @@ impl FlushPolicy {
         if i.app_requested {
             return Some(FlushTrigger::AppRequest);
         }
-        if i.held_bytes.iter().any(|b| *b > self.held_bytes_max) {
+        if i.held_bytes.iter().sum::<u64>() > self.held_bytes_max {
             return Some(FlushTrigger::HeldBytes);
         }
         if self.window_blocks_max.is_some_and(|m| i.held_blocks >= m) {
@@ -165,7 +181,8 @@ pub struct DeferredWrites {
     pub held_events: Vec<Vec<super::Event>>,
     /// Flush points taken.
     pub flush_points: u64,
-    /// Most bytes held at once by any database.
+    /// Most memory the open window took at once, over the three databases
+    /// ([`FlushInputs::held_bytes`]).
     pub peak_held_bytes: u64,
 }
 
@@ -212,6 +229,12 @@ mod tests {
         assert_eq!(p.decide(&i), Some(FlushTrigger::HeldBytes));
         i.held_bytes = [0, 0, FLUSH_BYTES_MAX];
         assert_eq!(p.decide(&i), None, "the cap is 'more than'");
+        // Over the three databases together, not per database.
+        let third = FLUSH_BYTES_MAX / 3;
+        i.held_bytes = [third, third, FLUSH_BYTES_MAX - 2 * third];
+        assert_eq!(p.decide(&i), None, "exactly the cap");
+        i.held_bytes[0] += 1;
+        assert_eq!(p.decide(&i), Some(FlushTrigger::HeldBytes));
         let mut i = inputs();
         i.halt_height = Some(10);
         assert_eq!(p.decide(&i), Some(FlushTrigger::HaltHeight));

@@ -25,7 +25,7 @@ pub mod handshake;
 
 pub use deferred::{
     DeferredWrites, FLUSH_BYTES_MAX, FLUSH_INTERVAL, FlushInputs, FlushPolicy, FlushReport,
-    FlushTrigger,
+    FlushTrigger, HELD_KEY_BYTES,
 };
 pub use events::{Event, EventKind, EventSink, NoEvents};
 pub use handshake::{HandshakeCase, Observed, classify};
@@ -191,7 +191,6 @@ struct InFlight {
     started: Instant,
     handle: JoinHandle<Result<u64>>,
 }
-
 /// Both flush points' blocks as one report: `Some` means blocks `from + 1..=to` became
 /// durable during the call that returns it.
 fn merge_reports(a: Option<FlushReport>, b: Option<FlushReport>) -> Option<FlushReport> {
@@ -825,11 +824,8 @@ impl<C: Chain> Node<C> {
         let r = self.apply_validated(block);
         let events = self.poisoned(r)?;
         self.deferred.held_events.push(events);
-        let held = self.held_bytes();
-        self.deferred.peak_held_bytes = self
-            .deferred
-            .peak_held_bytes
-            .max(held.into_iter().max().unwrap_or(0));
+        let held = self.held_memory();
+        self.deferred.peak_held_bytes = self.deferred.peak_held_bytes.max(held);
         let taken = self.maybe_flush(now)?;
         Ok(merge_reports(done, taken))
     }
@@ -857,6 +853,19 @@ impl<C: Chain> Node<C> {
         ]
     }
 
+    /// The memory the open window takes in the block store, the state and the app, as the
+    /// flush trigger counts it ([`FlushInputs::held_bytes`]).
+    fn held_memory_each(&self) -> [u64; 3] {
+        [
+            self.block_db.held_memory(),
+            self.state_db.held_memory(),
+            self.app
+                .held_store()
+                .and_then(|s| s.held_memory())
+                .unwrap_or_else(|| self.app.held_bytes()),
+        ]
+    }
+
     /// The first height of the open window: above the window in flight, if any.
     fn window_start(&self) -> u64 {
         self.in_flight
@@ -867,7 +876,7 @@ impl<C: Chain> Node<C> {
     fn maybe_flush(&mut self, now: Instant) -> Result<Option<FlushReport>> {
         let inputs = FlushInputs {
             since_last_flush: now.saturating_duration_since(self.deferred.last_flush),
-            held_bytes: self.held_bytes(),
+            held_bytes: self.held_memory_each(),
             held_blocks: self.state.height() - self.window_start(),
             height: self.state.height(),
             halt_height: self.app.halt_height(),
@@ -1010,6 +1019,10 @@ impl<C: Chain> Node<C> {
                     if app_name.is_none() {
                         bytes += app_store.write_frozen()?.bytes;
                     }
+                    // The window is durable; it stays in flight until the group has applied
+                    // it too (its writes leave the group's memory), so the next window
+                    // freezes only then: two windows in memory at most (ADR 0015).
+                    group.wait_applied()?;
                     return Ok(bytes);
                 }
                 // Crash: the same three steps as `write_flush_point`, in the same order —
@@ -1388,6 +1401,13 @@ impl<C: Chain> Node<C> {
     /// Deferral counters (flush points, peak held bytes).
     pub fn deferred(&self) -> &DeferredWrites {
         &self.deferred
+    }
+
+    /// The memory the open window takes over the three databases, as the flush trigger
+    /// counts it ([`FlushInputs::held_bytes`]: key and value bytes, replaced short values
+    /// still kept, and [`HELD_KEY_BYTES`] per key).
+    pub fn held_memory(&self) -> u64 {
+        self.held_memory_each().iter().sum()
     }
 
     /// Bytes held in memory by the block store, the state and the app: the open window plus

@@ -210,6 +210,10 @@ impl UnitGroup for CliUnitGroup {
         probe.mark("flush-end");
         Ok(())
     }
+
+    fn wait_applied(&self) -> Result<()> {
+        self.inner.wait_applied()
+    }
 }
 
 impl Db for CliDb {
