@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use flushpoint::demo::{ChainSpec, KvApp, Profile, State};
+use flushpoint::demo::{ChainSpec, DemoChain, KvApp, Profile, State};
 use flushpoint::{
     Applier, Db, DirFate, Direction, Event, FlushPolicy, HandshakeCase, HoldingDb, JournalEngine,
     JournalOptions, KeyRange, KeyspaceOptions, MemoryDb, Node, SEPARATE_VALUES_FROM_BYTES, SimFs,
@@ -114,6 +114,30 @@ fn open_journal(fs: &SimFs) -> flushpoint::Result<JournalEngine> {
         KeyspaceOptions::separating_values_from(SEPARATE_VALUES_FROM_BYTES),
     )?;
     Ok(engine)
+}
+
+/// A node on the journal's three keyspaces, the app on a held store of its own keyspace
+/// (so it joins the flush point's unit), no event sink.
+fn open_node(engine: &JournalEngine) -> Node<DemoChain> {
+    let app_db = engine.keyspace(KEYSPACES[2]).unwrap() as Arc<dyn Db>;
+    open_node_with(
+        engine,
+        KvApp::open(Arc::new(HoldingDb::new(app_db))).unwrap(),
+    )
+}
+
+/// A node on the journal's block store and state keyspaces, with `app`.
+fn open_node_with<D: Db + 'static>(engine: &JournalEngine, app: KvApp<D>) -> Node<DemoChain> {
+    let ks = |n: &str| engine.keyspace(n).unwrap() as Arc<dyn Db>;
+    let (node, _) = Node::open(
+        ks(KEYSPACES[0]),
+        ks(KEYSPACES[1]),
+        Box::new(app),
+        spec().chain(),
+        Box::new(flushpoint::NoEvents),
+    )
+    .unwrap();
+    node
 }
 
 /// The three keyspaces' content, as one fingerprint (names, keys and values).
@@ -396,16 +420,7 @@ fn one_sync_per_flush_point_and_per_consensus_block() {
     for background in [false, true] {
         let fs = SimFs::new();
         let engine = open_journal(&fs).unwrap();
-        let ks = |n: &str| engine.keyspace(n).unwrap() as Arc<dyn Db>;
-        let app = KvApp::open(Arc::new(HoldingDb::new(ks(KEYSPACES[2])))).unwrap();
-        let (mut node, _) = Node::open(
-            ks(KEYSPACES[0]),
-            ks(KEYSPACES[1]),
-            Box::new(app),
-            spec().chain(),
-            Box::new(flushpoint::NoEvents),
-        )
-        .unwrap();
+        let mut node = open_node(&engine);
         // Counted from the file system's own log, not the engine's counters: `sync_data` of
         // a segment; directory fsyncs beyond one per new segment; the index's syncs beyond
         // its growth (redb's file layer syncs once after each `set_len` that grows the
@@ -487,18 +502,10 @@ fn one_sync_per_flush_point_and_per_consensus_block() {
 fn an_app_outside_the_group_is_written_after_the_unit() {
     let fs = SimFs::new();
     let engine = open_journal(&fs).unwrap();
-    let ks = |n: &str| engine.keyspace(n).unwrap() as Arc<dyn Db>;
     let app_db = Arc::new(flushpoint::CountingDb::new(MemoryDb::new("app")));
     let app_counts = app_db.counters();
     let app = KvApp::open(Arc::new(HoldingDb::new(app_db.clone() as Arc<dyn Db>))).unwrap();
-    let (mut node, _) = Node::open(
-        ks(KEYSPACES[0]),
-        ks(KEYSPACES[1]),
-        Box::new(app),
-        spec().chain(),
-        Box::new(flushpoint::NoEvents),
-    )
-    .unwrap();
+    let mut node = open_node_with(&engine, app);
     let j = |e: &JournalEngine| e.counts().journal_sync_data_calls;
     let (j0, a0) = (j(&engine), app_counts.snapshot().synced_batches);
     let (b, p, c) = spec().next_block(node.state());
@@ -542,16 +549,7 @@ fn a_background_window_is_applied_before_the_next_one_freezes() {
         ..options()
     };
     let engine = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options).unwrap();
-    let ks = |n: &str| engine.keyspace(n).unwrap() as Arc<dyn Db>;
-    let app = KvApp::open(Arc::new(HoldingDb::new(ks(KEYSPACES[2])))).unwrap();
-    let (mut node, _) = Node::open(
-        ks(KEYSPACES[0]),
-        ks(KEYSPACES[1]),
-        Box::new(app),
-        spec().chain(),
-        Box::new(flushpoint::NoEvents),
-    )
-    .unwrap();
+    let mut node = open_node(&engine);
     node.start_block_sync(policy(true), Instant::now()).unwrap();
     let before = engine.counts();
     for _ in 0..WINDOWS * WINDOW {

@@ -1838,6 +1838,25 @@ impl Shared {
         Ok(())
     }
 
+    /// One turn of a wait for the applier: inline, applies a step; in the background, waits
+    /// (up to 50 ms) for the applier to signal.
+    fn apply_or_wait(&self, st: MutexGuard<'_, State>) -> Result<()> {
+        match self.options.applier {
+            Applier::Inline => {
+                drop(st);
+                self.apply_step(false)
+            }
+            Applier::Background => {
+                // Timed: a poison set between the check and the wait is seen anyway.
+                let _ = self
+                    .changed
+                    .wait_timeout(st, Duration::from_millis(50))
+                    .expect("journal state lock");
+                Ok(())
+            }
+        }
+    }
+
     /// Waits (or, inline, applies) until every unit written before the call is applied:
     /// its writes have left the overlay. Unsynced units are synced first (they cannot be
     /// applied before).
@@ -1864,19 +1883,7 @@ impl Shared {
                 self.sync_active(&mut w)?;
                 continue;
             }
-            match self.options.applier {
-                Applier::Inline => {
-                    drop(st);
-                    self.apply_step(false)?;
-                }
-                Applier::Background => {
-                    // Timed: a poison set between the check and the wait is seen anyway.
-                    let _ = self
-                        .changed
-                        .wait_timeout(st, Duration::from_millis(50))
-                        .expect("journal state lock");
-                }
-            }
+            self.apply_or_wait(st)?;
         }
     }
 
@@ -1895,19 +1902,7 @@ impl Shared {
                 self.sync_active(w)?;
                 continue;
             }
-            match self.options.applier {
-                Applier::Inline => {
-                    drop(st);
-                    self.apply_step(false)?;
-                }
-                Applier::Background => {
-                    // Timed: a poison set between the check and the wait is seen anyway.
-                    let _ = self
-                        .changed
-                        .wait_timeout(st, Duration::from_millis(50))
-                        .expect("journal state lock");
-                }
-            }
+            self.apply_or_wait(st)?;
         }
     }
 
