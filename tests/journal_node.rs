@@ -535,8 +535,8 @@ fn an_app_outside_the_group_is_written_after_the_unit() {
 /// then and the unapplied units never hold more than one window. The applier here never
 /// applies on its own (an hour's batching delay and checkpoint interval, an overlay budget
 /// nothing reaches): only the flush thread's wait makes it apply. Without that wait every
-/// window would stay in the overlay, and the peak would be all of them (`mutants` and the
-/// planted check in docs/TESTING.md: "One window in flight").
+/// window would stay in the overlay, and the peak would be all of them (the planted check
+/// in docs/TESTING.md, "One window in flight").
 #[test]
 fn a_background_window_is_applied_before_the_next_one_freezes() {
     const WINDOWS: u64 = 8;
