@@ -2361,12 +2361,11 @@ impl Shared {
         })
     }
 
-    /// Writes `ops` (strictly increasing keys) as a new run of `keyspace`, not synced, and
-    /// opens it. A failure poisons the engine: the run may be partial, and is not listed.
+    /// Writes `ops` (strictly increasing keys, at most `keys_max` of them: the room its key
+    /// hashes get at once) as a new run of `keyspace`, not synced, and opens it. A failure
+    /// poisons the engine: the run may be partial, and is not listed.
     // Crash: a cut while it is written leaves a partial run no manifest lists: the next
     // open deletes it and replays the units it held.
-    /// Writes `ops` (at most `keys_max` of them, strictly increasing keys) as a new run of
-    /// `keyspace`, unsynced.
     fn write_run(
         &self,
         keyspace: &str,
