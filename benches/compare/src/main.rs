@@ -114,6 +114,9 @@ struct AllArgs {
     /// Seed of the index lookups' sampled heights and keys.
     #[arg(long, default_value_t = 11)]
     seed: u64,
+    /// Run only these contenders (comma-separated row names; default: every row).
+    #[arg(long, value_delimiter = ',')]
+    contenders: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -169,6 +172,9 @@ enum Kind {
     Journal(FpMode),
     /// The shape's blocks as one journal unit each (`journal_runs::run_unit_per_block`).
     JournalUnit,
+    /// `BlockStore::save_block` alone on a journal home's block store
+    /// (`journal_runs::run_save_block`).
+    JournalSave,
     Peer(Peer),
 }
 
@@ -197,6 +203,11 @@ pub const CONTENDERS: &[Contender] = &[
     Contender {
         name: "fpj-unit",
         what: Kind::JournalUnit,
+        crash_safe: "yes",
+    },
+    Contender {
+        name: "fpj-save-block",
+        what: Kind::JournalSave,
         crash_safe: "yes",
     },
     Contender {
@@ -250,11 +261,58 @@ pub const CONTENDERS: &[Contender] = &[
         crash_safe: "limit",
     },
     Contender {
+        name: "raw-sync-blocks",
+        what: Kind::Peer(Peer::RawSyncBlocks),
+        crash_safe: "limit",
+    },
+    Contender {
         name: "raw-seq",
         what: Kind::Peer(Peer::RawSeq),
         crash_safe: "limit (window)",
     },
 ];
+
+impl Contender {
+    /// The stores whose records the row writes: the block store's alone for the rows of
+    /// `save_block` and its raw limit, all three for the others. Its logical bytes count
+    /// these.
+    pub fn stores(&self) -> &'static [shape::Store] {
+        match self.what {
+            Kind::JournalSave | Kind::Peer(Peer::RawSyncBlocks) => &[shape::Store::Blocks],
+            _ => &shape::Store::ALL,
+        }
+    }
+
+    /// The raw limit of the same bytes, whose commit time this row's is compared with:
+    /// `raw-sync-blocks` for the block store's records alone, `raw-sync` for whole blocks.
+    pub fn raw_limit(&self) -> &'static str {
+        if self.stores() == [shape::Store::Blocks] {
+            "raw-sync-blocks"
+        } else {
+            "raw-sync"
+        }
+    }
+}
+
+/// The contenders this build can run (RocksDB rows only with the `rocksdb` feature), or
+/// those of them named in `only` (every name must be one; nothing runs otherwise).
+pub fn contenders_among(only: &[String]) -> Result<Vec<Contender>, String> {
+    let all = contenders();
+    if let Some(unknown) = only
+        .iter()
+        .find(|n| !all.iter().any(|c| c.name == n.as_str()))
+    {
+        let names: Vec<&str> = all.iter().map(|c| c.name).collect();
+        return Err(format!(
+            "--contenders: no contender {unknown} in this build (it runs {})",
+            names.join(", ")
+        ));
+    }
+    Ok(all
+        .into_iter()
+        .filter(|c| only.is_empty() || only.iter().any(|n| n == c.name))
+        .collect())
+}
 
 /// The contenders this build can run (RocksDB rows only with the `rocksdb` feature).
 pub fn contenders() -> Vec<Contender> {
@@ -408,6 +466,22 @@ fn run_one(a: &RunOneArgs) -> RunReport {
                 rep.commit_ms = out.commits.p50_p99_ms();
                 rep.sync_method = "journal counters".into();
             }
+            Kind::JournalSave => {
+                let out = journal_runs::run_save_block(
+                    &a.profile,
+                    &a.dir,
+                    journal_runs::save_blocks_to_make(&a.profile, a.secs),
+                    &stop,
+                    &mut || io0 = ProcIo::now(),
+                    &mut || io1 = ProcIo::now(),
+                )?;
+                rep.blocks = out.blocks;
+                rep.elapsed_s = out.elapsed.as_secs_f64();
+                rep.durable_s = out.durable.as_secs_f64();
+                rep.syncs = out.syncs;
+                rep.commit_ms = out.commits.p50_p99_ms();
+                rep.sync_method = "journal counters".into();
+            }
             Kind::Peer(p) => {
                 let pool = shape::pool();
                 let out = peers::run_peer(
@@ -429,7 +503,7 @@ fn run_one(a: &RunOneArgs) -> RunReport {
         }
         check_durable_time(rep.durable_s, rep.elapsed_s)?;
         rep.io = io1.since(&io0);
-        rep.logical_bytes = shape.logical_bytes(rep.blocks);
+        rep.logical_bytes = shape.logical_bytes_in(c.stores(), rep.blocks);
         rep.disk_bytes = sys::disk_bytes(&a.dir);
         Ok(())
     })();
@@ -548,6 +622,7 @@ fn main_all(a: &AllArgs) -> Result<u64, String> {
         };
         (a.rounds.max(1), a.secs, p)
     };
+    let cs = contenders_among(&a.contenders)?;
     std::fs::create_dir_all(&a.dir).map_err(|e| format!("create {}: {e}", a.dir.display()))?;
     println!(
         "compare: dir {}, {rounds} round(s), {secs} s per run, profiles {profiles:?}{}",
@@ -562,7 +637,6 @@ fn main_all(a: &AllArgs) -> Result<u64, String> {
         report::print_shape(&shape);
         shapes.push((p.to_string(), path));
     }
-    let cs = contenders();
     // results[profile][contender][round]
     let mut results: Vec<Vec<Vec<RunReport>>> = vec![vec![Vec::new(); cs.len()]; profiles.len()];
     let mut loads = Vec::new();

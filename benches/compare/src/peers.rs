@@ -49,6 +49,9 @@ pub enum Peer {
     RocksNoSync,
     /// Append the block's bytes to a file + `fdatasync` per block.
     RawSync,
+    /// Append the block store's records of the block (what `save_block` writes) to a file +
+    /// `fdatasync` per block: the limit `save_block` alone is compared with.
+    RawSyncBlocks,
     /// Append the block's bytes; one `fdatasync` per 1 s and at the end.
     RawSeq,
 }
@@ -104,7 +107,7 @@ impl Peer {
             Peer::FjallSync | Peer::FjallBuffered => "harness",
             Peer::RedbBlock | Peer::RedbWindow => "backend",
             Peer::RocksSync | Peer::RocksNoSync => "rocks-stats",
-            Peer::RawSync | Peer::RawSeq => "harness",
+            Peer::RawSync | Peer::RawSyncBlocks | Peer::RawSeq => "harness",
         }
     }
 }
@@ -364,7 +367,12 @@ pub fn run_peer(
         Peer::RocksSync | Peer::RocksNoSync => {
             rocks::run(peer, shape, pool, dir, stop, on_start, on_end)?
         }
-        Peer::RawSync | Peer::RawSeq => {
+        Peer::RawSync | Peer::RawSyncBlocks | Peer::RawSeq => {
+            let stores: &[Store] = if peer == Peer::RawSyncBlocks {
+                &[Store::Blocks]
+            } else {
+                &Store::ALL
+            };
             let path = dir.join("raw.bin");
             let mut f = File::create(&path).map_err(s("create raw"))?;
             let mut buf = Vec::new();
@@ -377,10 +385,12 @@ pub fn run_peer(
             while !stop(blocks, start.elapsed()) {
                 buf.clear();
                 for op in shape.peer_block(blocks + 1, pool) {
-                    buf.extend_from_slice(&op.key);
-                    buf.extend_from_slice(op.value.unwrap_or(&[]));
+                    if stores.contains(&op.store) {
+                        buf.extend_from_slice(&op.key);
+                        buf.extend_from_slice(op.value.unwrap_or(&[]));
+                    }
                 }
-                if peer == Peer::RawSync {
+                if peer != Peer::RawSeq {
                     commits.time(|| -> Result<(), String> {
                         f.write_all(&buf).map_err(s("write"))?;
                         f.sync_data().map_err(s("fdatasync"))
@@ -406,7 +416,7 @@ pub fn run_peer(
             crate::check::check(
                 "raw: file length = logical bytes",
                 &crate::check::Outcome::Heights(vec![len]),
-                &crate::check::Outcome::Heights(vec![shape.logical_bytes(blocks)]),
+                &crate::check::Outcome::Heights(vec![shape.logical_bytes_in(stores, blocks)]),
             )
             .map_err(|e| e.to_string())?;
             PeerOut {

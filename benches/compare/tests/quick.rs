@@ -25,6 +25,7 @@ const ROWS: &[&str] = &[
     "fpj-deferred",
     "fpj-per-block",
     "fpj-unit",
+    "fpj-save-block",
     "fp-legacy",
     "fp-no-sync",
     "fp-memory",
@@ -33,6 +34,7 @@ const ROWS: &[&str] = &[
     "redb-block",
     "redb-window",
     "raw-sync",
+    "raw-sync-blocks",
     "raw-seq",
 ];
 const ROCKS_ROWS: &[&str] = &["rocks-sync", "rocks-nosync"];
@@ -113,4 +115,41 @@ fn a_wrong_height_oracle_answer_fails_the_write_row() {
         text.contains("FAIL") && text.contains("durable heights"),
         "{text}"
     );
+}
+
+/// `fpj-save-block`'s outcome check (the block store's height after its saves) rejects a
+/// planted wrong answer, and `--contenders` runs that row alone.
+#[test]
+fn a_wrong_height_oracle_answer_fails_the_save_block_row() {
+    let (out, text) = compare(
+        &["--quick", "--no-index", "--contenders", "fpj-save-block"],
+        "sabotage-save-block",
+        Some("heights"),
+    );
+    assert!(
+        !out.status.success(),
+        "a planted wrong height passed:\n{text}"
+    );
+    for profile in ["light", "heavy"] {
+        let rows = rows_of(&text, profile);
+        assert_eq!(rows.len(), 1, "{profile}: only the row asked for:\n{text}");
+        assert!(
+            rows[0].starts_with("| fpj-save-block |")
+                && rows[0].contains("FAIL")
+                && rows[0].contains("block store height after save_block"),
+            "{text}"
+        );
+    }
+}
+
+/// An unknown row name is refused before anything runs.
+#[test]
+fn an_unknown_contender_is_refused() {
+    let (out, text) = compare(&["--quick", "--contenders", "fpj-nothing"], "unknown", None);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("error: --contenders: no contender fpj-nothing"),
+        "{text}"
+    );
+    assert!(!text.contains("shape of a light block"), "{text}");
 }
