@@ -367,6 +367,18 @@ pub struct RunReport {
     pub error: Option<String>,
 }
 
+impl RunReport {
+    /// Takes a run's blocks, times, syncs (counted as `sync_method` says) and commit times.
+    fn take_peer_out(&mut self, out: &peers::PeerOut, sync_method: &str) {
+        self.blocks = out.blocks;
+        self.elapsed_s = out.elapsed.as_secs_f64();
+        self.durable_s = out.durable.as_secs_f64();
+        self.syncs = out.syncs;
+        self.commit_ms = out.commits.p50_p99_ms();
+        self.sync_method = sync_method.into();
+    }
+}
+
 fn run_one(a: &RunOneArgs) -> RunReport {
     let mut rep = RunReport {
         contender: a.contender.clone(),
@@ -459,12 +471,7 @@ fn run_one(a: &RunOneArgs) -> RunReport {
                     &mut || io0 = ProcIo::now(),
                     &mut || io1 = ProcIo::now(),
                 )?;
-                rep.blocks = out.blocks;
-                rep.elapsed_s = out.elapsed.as_secs_f64();
-                rep.durable_s = out.durable.as_secs_f64();
-                rep.syncs = out.syncs;
-                rep.commit_ms = out.commits.p50_p99_ms();
-                rep.sync_method = "journal counters".into();
+                rep.take_peer_out(&out, "journal counters");
             }
             Kind::JournalSave => {
                 let out = journal_runs::run_save_block(
@@ -475,12 +482,7 @@ fn run_one(a: &RunOneArgs) -> RunReport {
                     &mut || io0 = ProcIo::now(),
                     &mut || io1 = ProcIo::now(),
                 )?;
-                rep.blocks = out.blocks;
-                rep.elapsed_s = out.elapsed.as_secs_f64();
-                rep.durable_s = out.durable.as_secs_f64();
-                rep.syncs = out.syncs;
-                rep.commit_ms = out.commits.p50_p99_ms();
-                rep.sync_method = "journal counters".into();
+                rep.take_peer_out(&out, "journal counters");
             }
             Kind::Peer(p) => {
                 let pool = shape::pool();
@@ -493,12 +495,7 @@ fn run_one(a: &RunOneArgs) -> RunReport {
                     &mut || io0 = ProcIo::now(),
                     &mut || io1 = ProcIo::now(),
                 )?;
-                rep.blocks = out.blocks;
-                rep.elapsed_s = out.elapsed.as_secs_f64();
-                rep.durable_s = out.durable.as_secs_f64();
-                rep.syncs = out.syncs;
-                rep.commit_ms = out.commits.p50_p99_ms();
-                rep.sync_method = p.sync_method().into();
+                rep.take_peer_out(&out, p.sync_method());
             }
         }
         check_durable_time(rep.durable_s, rep.elapsed_s)?;
