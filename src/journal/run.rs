@@ -10,7 +10,8 @@
 //!   `tag u8 (1 put, 2 delete) ‖ key_len u32 ‖ key [‖ value_len u32 ‖ value]`, keys strictly
 //!   increasing across the whole run;
 //! * meta: `block_count u32`, per block `offset u64 ‖ framed_len u32 ‖ first_key_len u32 ‖
-//!   first_key`, then the bloom filter `hashes u8 ‖ bit_bytes u32 ‖ bits`;
+//!   first_key`, then the bloom filter `hashes u8 ‖ bit_bytes u32 ‖ bits` (at least 10
+//!   bits a key; a reader takes its size from `bit_bytes`);
 //! * footer (32 bytes): `meta_offset u64 ‖ op_count u64 ‖ meta_len u32 ‖ crc32(meta) u32 ‖
 //!   footer_crc32 u32 (of the 24 bytes before it) ‖ magic "FPRE"`.
 //!
@@ -46,12 +47,18 @@ pub(crate) const RUN_FOOTER_BYTES: usize = 32;
 /// Body bytes after which a block is closed. Why 16 KiB: a point read costs one `pread`
 /// of one block, and the block index keeps one key per block in memory — about 0.6 MiB
 /// per million ops of the app's shape (40-byte keys, 148-byte values: ~11,600 blocks of
-/// ~56 bytes of index each), beside the bloom filter's 1.2 MiB, ADR 0014.
+/// ~56 bytes of index each), beside the bloom filter's 1.2–2.5 MiB, ADR 0014.
 pub const RUN_BLOCK_BYTES: usize = 16 * 1024;
 /// Bloom filter bits per key. Why 10: with [`BLOOM_HASHES`] hashes, a key a run does not
 /// hold passes its filter ~1 % of the time, so a read of a key in none of `n` runs costs
 /// about `n / 100` block reads.
 pub(crate) const BLOOM_BITS_PER_KEY: u64 = 10;
+/// The largest bound on a run's keys for which [`RunWriter::reserve_keys`] builds the
+/// filter as keys come: 2^26 keys, a filter of at most 2^30 bits (128 MiB) before it is
+/// folded. Why: the app's state at 300k light blocks is ~1M keys; a bound far past any
+/// real run's is more likely a caller's overflow, and the writer then keeps each key's
+/// hashes instead, sized by the keys actually pushed.
+pub(crate) const BLOOM_PRESIZED_KEYS_MAX: u64 = 1 << 26;
 /// Hashes per key in the bloom filter (the optimum for 10 bits a key is ~7).
 pub(crate) const BLOOM_HASHES: u8 = 7;
 
@@ -119,6 +126,38 @@ impl Bloom {
         bloom
     }
 
+    /// An empty filter of `bit_count` bits (a multiple of 8).
+    fn empty(bit_count: u64) -> Self {
+        debug_assert_eq!(bit_count % 8, 0);
+        Bloom {
+            hashes: BLOOM_HASHES,
+            bits: vec![0; (bit_count / 8) as usize],
+        }
+    }
+
+    fn insert(&mut self, h: (u32, u32)) {
+        let bit_count = self.bits.len() as u64 * 8;
+        for bit in probes(self.hashes, bit_count, h) {
+            self.bits[(bit / 8) as usize] |= 1 << (bit % 8);
+        }
+    }
+
+    /// Halves the filter while the half keeps at least [`BLOOM_BITS_PER_KEY`] bits for
+    /// each of `keys` keys (and 64 bits), OR-ing the upper half onto the lower. Exact for a
+    /// filter whose bit count is a power of two: a probe lands on `p mod m`, and
+    /// `(p mod m) mod m/2 = p mod m/2`, so the folded filter is the one built at `m/2`.
+    fn fold_for(&mut self, keys: u64) {
+        let want_bits = (keys * BLOOM_BITS_PER_KEY).max(64);
+        while self.bits.len().is_power_of_two() && (self.bits.len() as u64 / 2) * 8 >= want_bits {
+            let half = self.bits.len() / 2;
+            let (low, high) = self.bits.split_at_mut(half);
+            for (l, h) in low.iter_mut().zip(high.iter()) {
+                *l |= *h;
+            }
+            self.bits.truncate(half);
+        }
+    }
+
     fn may_contain(&self, key: &[u8]) -> bool {
         probes(self.hashes, self.bits.len() as u64 * 8, key_hashes(key))
             .all(|bit| self.bits[(bit / 8) as usize] & (1 << (bit % 8)) != 0)
@@ -147,13 +186,24 @@ pub(crate) struct RunWriter {
     block_bytes: usize,
     /// Per block written: offset, framed length, first key.
     index: Vec<(u64, u32, Bytes)>,
-    /// Each key's two base hashes (8 bytes a key: a merge's run of millions of keys holds
-    /// them until [`RunWriter::finish`] sizes the filter).
-    key_hashes: Vec<(u32, u32)>,
+    /// The run's keys, for its filter: their two base hashes each until the writer knows
+    /// a bound on its keys ([`RunWriter::reserve_keys`]), then the filter itself.
+    filter_keys: FilterKeys,
+    /// Ops pushed.
+    ops: u64,
     /// The last key pushed (reused: no allocation per op); `None` before the first.
     last_key: Option<Vec<u8>>,
     /// Set by the first failure: the writer refuses everything after it.
     failed: bool,
+}
+
+/// What a [`RunWriter`] keeps of its keys for the run's bloom filter.
+enum FilterKeys {
+    /// Each key's two base hashes (8 bytes a key), until a bound is known: the filter is
+    /// sized from the keys' count when the run finishes ([`Bloom::with_keys`]).
+    Hashes(Vec<(u32, u32)>),
+    /// The filter itself, sized for `bound` keys, folded down at the finish.
+    Filter { bloom: Bloom, bound: u64 },
 }
 
 impl RunWriter {
@@ -193,16 +243,36 @@ impl RunWriter {
             at: RUN_HEADER_BYTES as u64,
             block_bytes: block_bytes.max(1),
             index: Vec::new(),
-            key_hashes: Vec::new(),
+            filter_keys: FilterKeys::Hashes(Vec::new()),
+            ops: 0,
             last_key: None,
             failed: false,
         })
     }
 
-    /// Makes room for `keys` more keys' hashes at once (the caller's bound on what it will
-    /// push), so the list does not grow by doubling to twice what it needs.
+    /// Tells the writer it will take at most `keys` more keys (the caller's bound: a step's
+    /// ops, a merge's inputs' ops): its filter is then built as keys come, sized for the
+    /// bound (a power of two of bits, at least [`BLOOM_BITS_PER_KEY`] a key) and folded
+    /// down to the keys pushed when the run finishes. Memory: ≤ 2.5 bytes a bound key
+    /// instead of 8 for each key's hashes (a merge at 300k light blocks held 17 MiB of
+    /// them at the sync's peak, `benches/compare/PERFORMANCE.md`, sixteenth session).
     pub(crate) fn reserve_keys(&mut self, keys: usize) {
-        self.key_hashes.reserve_exact(keys);
+        let FilterKeys::Hashes(hashes) = &mut self.filter_keys else {
+            return;
+        };
+        let bound = hashes.len() as u64 + keys as u64;
+        if bound > BLOOM_PRESIZED_KEYS_MAX {
+            return;
+        }
+        let bit_count = bound
+            .saturating_mul(BLOOM_BITS_PER_KEY)
+            .max(64)
+            .next_power_of_two();
+        let mut bloom = Bloom::empty(bit_count);
+        for h in hashes.drain(..) {
+            bloom.insert(h);
+        }
+        self.filter_keys = FilterKeys::Filter { bloom, bound };
     }
 
     /// Adds an op: `Some(value)` a put, `None` a tombstone. `Err(InvalidInput)` when `key`
@@ -236,7 +306,14 @@ impl RunWriter {
             self.block.extend_from_slice(&n.to_le_bytes());
             self.block.extend_from_slice(v);
         }
-        self.key_hashes.push(key_hashes(key));
+        match &mut self.filter_keys {
+            FilterKeys::Hashes(hashes) => hashes.push(key_hashes(key)),
+            FilterKeys::Filter { bloom, bound } => {
+                debug_assert!(self.ops < *bound, "more keys than the bound reserved");
+                bloom.insert(key_hashes(key));
+            }
+        }
+        self.ops += 1;
         let last = self.last_key.get_or_insert_with(Vec::new);
         last.clear();
         last.extend_from_slice(key);
@@ -283,8 +360,14 @@ impl RunWriter {
             )));
         }
         self.close_block()?;
-        let ops = self.key_hashes.len() as u64;
-        let bloom = Bloom::with_keys(std::mem::take(&mut self.key_hashes).into_iter());
+        let ops = self.ops;
+        let bloom = match std::mem::replace(&mut self.filter_keys, FilterKeys::Hashes(Vec::new())) {
+            FilterKeys::Hashes(hashes) => Bloom::with_keys(hashes.into_iter()),
+            FilterKeys::Filter { mut bloom, .. } => {
+                bloom.fold_for(ops);
+                bloom
+            }
+        };
         let mut meta = Vec::new();
         meta.extend_from_slice(&(self.index.len() as u32).to_le_bytes());
         for (offset, len, first_key) in &self.index {
@@ -1425,6 +1508,64 @@ mod tests {
         assert_eq!((run.id(), run.ops()), (3, 0));
         assert_eq!(run.get(b"x").unwrap(), Lookup::Absent);
         assert_eq!(run.iter(&KeyRange::all(), Direction::Reverse).count(), 0);
+    }
+
+    /// A filter built for a bound and folded down is bit for bit the filter built at the
+    /// folded size (a fold that dropped the upper half, or kept the wrong bits, differs),
+    /// and that size is the smallest power of two of at least 10 bits a key.
+    #[test]
+    fn a_folded_filter_is_the_filter_built_at_its_size() {
+        for (keys, bound) in [
+            (0u32, 0u64),
+            (5, 5),
+            (1_000, 1_000),
+            (1_000, 64_000),
+            (3_000, 3_001),
+        ] {
+            let hashes: Vec<(u32, u32)> = (0..keys).map(|n| key_hashes(&n.to_le_bytes())).collect();
+            let mut folded = Bloom::empty((bound * BLOOM_BITS_PER_KEY).max(64).next_power_of_two());
+            hashes.iter().for_each(|h| folded.insert(*h));
+            folded.fold_for(u64::from(keys));
+            let bits = folded.bits.len() as u64 * 8;
+            let want = (u64::from(keys) * BLOOM_BITS_PER_KEY)
+                .max(64)
+                .next_power_of_two();
+            assert_eq!(bits, want, "{keys} keys under a bound of {bound}");
+            let mut direct = Bloom::empty(bits);
+            hashes.iter().for_each(|h| direct.insert(*h));
+            assert_eq!(folded, direct, "{keys} keys under a bound of {bound}");
+        }
+    }
+
+    /// A writer told a bound far above the keys it gets writes a run whose filter passes
+    /// every key and few absent ones, at the folded size; without a bound, at 10 bits a key.
+    #[test]
+    fn a_run_written_under_a_bound_filters_as_one_written_without() {
+        let fs = SimFs::new();
+        let m: BTreeMap<Vec<u8>, Option<Vec<u8>>> = (0..20_000u32)
+            .map(|n| (n.to_be_bytes().to_vec(), Some(vec![1; 8])))
+            .collect();
+        let mut w = RunWriter::create(file(&fs, "a.run"), "ks", 1).unwrap();
+        w.reserve_keys(100_000);
+        for (k, v) in &m {
+            w.push(k, v.as_deref()).unwrap();
+        }
+        assert_eq!(w.finish().unwrap().ops, 20_000);
+        let bounded = Run::open(reopen(&fs, "a.run"), "ks", 1).unwrap();
+        let unbounded = write(&fs, "b.run", 2, &m);
+        assert_eq!(bounded.bloom.bits.len() * 8, 262_144, "2^18 ≥ 200,000 bits");
+        assert_eq!(unbounded.bloom.bits.len() * 8, 200_000);
+        for run in [&bounded, &unbounded] {
+            assert!(m.keys().all(|k| run.bloom.may_contain(k)));
+            let passed = (20_000..120_000u32)
+                .filter(|n| run.bloom.may_contain(&n.to_be_bytes()))
+                .count();
+            assert!(passed < 2_000, "{passed} of 100,000 absent keys passed");
+            assert_eq!(
+                run.get(&7u32.to_be_bytes()).unwrap(),
+                Lookup::Put(Bytes::from(vec![1; 8]))
+            );
+        }
     }
 
     #[test]
