@@ -93,6 +93,22 @@ pub(crate) struct RunMeta {
     pub(crate) bytes: u64,
 }
 
+/// The bit count of a filter to be folded ([`Bloom::fold_for`]) that holds at least `want`
+/// bits: `q · 2^f`, `q` odd and at least ~1,000, `f ≥ 3` (whole bytes at every fold).
+///
+/// Why not a power of two: the two base hashes are crc32s of the same key from two seeds,
+/// and crc32 is affine, so for keys of one length `h1 ^ h2` is one constant. Modulo a power
+/// of two `h2` is then a function of `h1`, every probe of a key follows from `h1 mod m`,
+/// and an absent key passes ~8–10 % of the time instead of ~1 % (measured by a review of
+/// the first version, which used powers of two). A large odd factor mixes in every bit of
+/// the hashes (`tests::a_bounded_run_passes_few_absent_keys_of_one_length`).
+fn foldable_bits(want: u64) -> u64 {
+    let want = want.max(64);
+    let f = (u64::BITS - want.leading_zeros()).saturating_sub(11).max(3);
+    let q = want.div_ceil(1 << f) | 1;
+    q << f
+}
+
 /// A bloom filter over a run's keys: `hashes` probes by double hashing of two crc32s.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Bloom {
@@ -143,12 +159,12 @@ impl Bloom {
     }
 
     /// Halves the filter while the half keeps at least [`BLOOM_BITS_PER_KEY`] bits for
-    /// each of `keys` keys (and 64 bits), OR-ing the upper half onto the lower. Exact for a
-    /// filter whose bit count is a power of two: a probe lands on `p mod m`, and
+    /// each of `keys` keys (and 64 bits) and a whole number of bytes, OR-ing the upper half
+    /// onto the lower. Exact: a probe lands on `p mod m`, and for an even `m`,
     /// `(p mod m) mod m/2 = p mod m/2`, so the folded filter is the one built at `m/2`.
     fn fold_for(&mut self, keys: u64) {
-        let want_bits = (keys * BLOOM_BITS_PER_KEY).max(64);
-        while self.bits.len().is_power_of_two() && (self.bits.len() as u64 / 2) * 8 >= want_bits {
+        let want_bits = keys.saturating_mul(BLOOM_BITS_PER_KEY).max(64);
+        while self.bits.len().is_multiple_of(2) && (self.bits.len() as u64 / 2) * 8 >= want_bits {
             let half = self.bits.len() / 2;
             let (low, high) = self.bits.split_at_mut(half);
             for (l, h) in low.iter_mut().zip(high.iter()) {
@@ -252,23 +268,21 @@ impl RunWriter {
 
     /// Tells the writer it will take at most `keys` more keys (the caller's bound: a step's
     /// ops, a merge's inputs' ops): its filter is then built as keys come, sized for the
-    /// bound (a power of two of bits, at least [`BLOOM_BITS_PER_KEY`] a key) and folded
-    /// down to the keys pushed when the run finishes. Memory: ≤ 2.5 bytes a bound key
+    /// bound (at least [`BLOOM_BITS_PER_KEY`] bits a key, an odd number times a power of
+    /// two: [`foldable_bits`]) and folded in halves down to the keys pushed when the run
+    /// finishes. Memory: ≤ 2.5 bytes a bound key
     /// instead of 8 for each key's hashes (a merge at 300k light blocks held 17 MiB of
     /// them at the sync's peak, `benches/compare/PERFORMANCE.md`, sixteenth session).
+    /// Once the filter is sized, a later call changes nothing: the first bound stands.
     pub(crate) fn reserve_keys(&mut self, keys: usize) {
         let FilterKeys::Hashes(hashes) = &mut self.filter_keys else {
             return;
         };
-        let bound = hashes.len() as u64 + keys as u64;
+        let bound = (hashes.len() as u64).saturating_add(keys as u64);
         if bound > BLOOM_PRESIZED_KEYS_MAX {
             return;
         }
-        let bit_count = bound
-            .saturating_mul(BLOOM_BITS_PER_KEY)
-            .max(64)
-            .next_power_of_two();
-        let mut bloom = Bloom::empty(bit_count);
+        let mut bloom = Bloom::empty(foldable_bits(bound * BLOOM_BITS_PER_KEY));
         for h in hashes.drain(..) {
             bloom.insert(h);
         }
@@ -1512,7 +1526,7 @@ mod tests {
 
     /// A filter built for a bound and folded down is bit for bit the filter built at the
     /// folded size (a fold that dropped the upper half, or kept the wrong bits, differs),
-    /// and that size is the smallest power of two of at least 10 bits a key.
+    /// and it is folded as far as whole bytes and 10 bits a key allow.
     #[test]
     fn a_folded_filter_is_the_filter_built_at_its_size() {
         for (keys, bound) in [
@@ -1521,19 +1535,72 @@ mod tests {
             (1_000, 1_000),
             (1_000, 64_000),
             (3_000, 3_001),
+            (20_000, 100_000),
         ] {
             let hashes: Vec<(u32, u32)> = (0..keys).map(|n| key_hashes(&n.to_le_bytes())).collect();
-            let mut folded = Bloom::empty((bound * BLOOM_BITS_PER_KEY).max(64).next_power_of_two());
+            let mut folded = Bloom::empty(foldable_bits(bound * BLOOM_BITS_PER_KEY));
             hashes.iter().for_each(|h| folded.insert(*h));
             folded.fold_for(u64::from(keys));
             let bits = folded.bits.len() as u64 * 8;
-            let want = (u64::from(keys) * BLOOM_BITS_PER_KEY)
-                .max(64)
-                .next_power_of_two();
-            assert_eq!(bits, want, "{keys} keys under a bound of {bound}");
+            let want = (u64::from(keys) * BLOOM_BITS_PER_KEY).max(64);
+            assert!(
+                bits >= want,
+                "{keys} keys under a bound of {bound}: {bits} bits"
+            );
+            assert!(
+                !bits.is_multiple_of(16) || bits / 2 < want,
+                "{keys} keys under a bound of {bound}: {bits} bits could fold again"
+            );
             let mut direct = Bloom::empty(bits);
             hashes.iter().for_each(|h| direct.insert(*h));
             assert_eq!(folded, direct, "{keys} keys under a bound of {bound}");
+        }
+        // By hand: 100,000 keys' bound is 1,000,000 bits → 1,955 · 2^9 = 1,000,960; 20,000
+        // keys want 200,000: halved twice, to 250,240.
+        assert_eq!(foldable_bits(1_000_000), 1_000_960);
+    }
+
+    /// Keys of one length, from a generator, under a bound: an absent key passes ~1 % of
+    /// the time, as without a bound. (A power-of-two filter passed 8–10 % of such keys:
+    /// see [`foldable_bits`]; consecutive integers as keys hid it.)
+    #[test]
+    fn a_bounded_run_passes_few_absent_keys_of_one_length() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut key = || {
+            let mut k = Vec::with_capacity(40);
+            while k.len() < 40 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                k.extend_from_slice(&x.to_le_bytes());
+            }
+            k.truncate(40);
+            k
+        };
+        let present: BTreeMap<Vec<u8>, Option<Vec<u8>>> =
+            (0..20_000).map(|_| (key(), Some(vec![1]))).collect();
+        let absent: Vec<Vec<u8>> = (0..100_000).map(|_| key()).collect();
+        let fs = SimFs::new();
+        for (name, bound) in [
+            ("a.run", Some(100_000)),
+            ("b.run", Some(20_000)),
+            ("c.run", None),
+        ] {
+            let mut w = RunWriter::create(file(&fs, name), "ks", 1).unwrap();
+            if let Some(b) = bound {
+                w.reserve_keys(b);
+            }
+            for (k, v) in &present {
+                w.push(k, v.as_deref()).unwrap();
+            }
+            w.finish().unwrap();
+            let run = Run::open(reopen(&fs, name), "ks", 1).unwrap();
+            assert!(present.keys().all(|k| run.bloom.may_contain(k)));
+            let passed = absent.iter().filter(|k| run.bloom.may_contain(k)).count();
+            assert!(
+                passed < 2_000,
+                "bound {bound:?}: {passed} of 100,000 absent keys passed"
+            );
         }
     }
 
@@ -1553,7 +1620,11 @@ mod tests {
         assert_eq!(w.finish().unwrap().ops, 20_000);
         let bounded = Run::open(reopen(&fs, "a.run"), "ks", 1).unwrap();
         let unbounded = write(&fs, "b.run", 2, &m);
-        assert_eq!(bounded.bloom.bits.len() * 8, 262_144, "2^18 ≥ 200,000 bits");
+        assert_eq!(
+            bounded.bloom.bits.len() * 8,
+            250_240,
+            "1,000,960 bits halved twice"
+        );
         assert_eq!(unbounded.bloom.bits.len() * 8, 200_000);
         for run in [&bounded, &unbounded] {
             assert!(m.keys().all(|k| run.bloom.may_contain(k)));

@@ -307,9 +307,14 @@ pub const SAVE_RUN_SECS: f64 = 5.0;
 /// The fewest blocks the row makes.
 pub const SAVE_BLOCKS_MIN: u64 = 10;
 
-/// How many blocks the `fpj-save-block` row makes for a `profile` run of `secs` seconds
-/// (`None`: a run bounded by its block count alone, which `stop` then gives).
-pub fn save_blocks_to_make(profile: &str, secs: Option<f64>) -> u64 {
+/// How many blocks the `fpj-save-block` row makes: `blocks` when the run is bounded by a
+/// block count (all of them, held in memory: the caller's choice), else for a `profile` run
+/// of `secs` seconds, proportionally fewer than [`SAVE_BLOCKS_LIGHT`] /
+/// [`SAVE_BLOCKS_HEAVY`] below [`SAVE_RUN_SECS`].
+pub fn save_blocks_to_make(profile: &str, secs: Option<f64>, blocks: Option<u64>) -> u64 {
+    if let Some(b) = blocks {
+        return b;
+    }
     let most = if profile == "heavy" {
         SAVE_BLOCKS_HEAVY
     } else {
@@ -414,13 +419,14 @@ pub fn run_save_block(
     )
     .map_err(|e| e.to_string())?;
     if let Some((last, _, _)) = blocks.checked_sub(1).and_then(|i| made.get(i as usize)) {
+        let h = last.height();
         let loaded = store
-            .load_block(blocks)
+            .load_block(h)
             .map_err(fp_err("load block"))?
-            .ok_or(format!("block {blocks} was saved and does not load"))?;
+            .ok_or(format!("block {h} was saved and does not load"))?;
         if loaded.hash() != last.hash() {
             return Err(format!(
-                "block {blocks} loads with another hash than it was saved with"
+                "block {h} loads with another hash than it was saved with"
             ));
         }
     }
@@ -465,14 +471,29 @@ mod tests {
 
     #[test]
     fn a_short_run_makes_proportionally_fewer_blocks_to_save() {
-        assert_eq!(save_blocks_to_make("light", Some(5.0)), SAVE_BLOCKS_LIGHT);
-        assert_eq!(save_blocks_to_make("heavy", Some(8.0)), SAVE_BLOCKS_HEAVY);
-        assert_eq!(save_blocks_to_make("light", None), SAVE_BLOCKS_LIGHT);
         assert_eq!(
-            save_blocks_to_make("light", Some(0.5)),
+            save_blocks_to_make("light", Some(5.0), None),
+            SAVE_BLOCKS_LIGHT
+        );
+        assert_eq!(
+            save_blocks_to_make("heavy", Some(8.0), None),
+            SAVE_BLOCKS_HEAVY
+        );
+        assert_eq!(save_blocks_to_make("light", None, None), SAVE_BLOCKS_LIGHT);
+        // A block count is made whole, above the time-bounded caps too.
+        assert_eq!(
+            save_blocks_to_make("light", Some(1.0), Some(50_000)),
+            50_000
+        );
+        assert_eq!(save_blocks_to_make("heavy", None, Some(7)), 7);
+        assert_eq!(
+            save_blocks_to_make("light", Some(0.5), None),
             SAVE_BLOCKS_LIGHT / 10
         );
-        assert_eq!(save_blocks_to_make("heavy", Some(0.01)), SAVE_BLOCKS_MIN);
+        assert_eq!(
+            save_blocks_to_make("heavy", Some(0.01), None),
+            SAVE_BLOCKS_MIN
+        );
     }
 
     #[test]

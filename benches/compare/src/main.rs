@@ -477,7 +477,7 @@ fn run_one(a: &RunOneArgs) -> RunReport {
                 let out = journal_runs::run_save_block(
                     &a.profile,
                     &a.dir,
-                    journal_runs::save_blocks_to_make(&a.profile, a.secs),
+                    journal_runs::save_blocks_to_make(&a.profile, a.secs, a.blocks),
                     &stop,
                     &mut || io0 = ProcIo::now(),
                     &mut || io1 = ProcIo::now(),

@@ -114,8 +114,15 @@ pub fn print_write_table(
             continue;
         }
         let per = |f: &dyn Fn(&RunReport) -> f64| rs.iter().map(f).collect::<Vec<_>>();
-        let ratios = ratios_to(rs, base.map(|b| &runs[b][..]), &rate);
-        let durable_ratios = ratios_to(rs, journal_base.map(|b| &runs[b][..]), &durable_rate);
+        // Blocks/s of a row that writes the block store's records alone are not comparable
+        // with whole blocks': no ratio.
+        let whole = c.stores() == crate::shape::Store::ALL;
+        let ratios = ratios_to(rs, base.filter(|_| whole).map(|b| &runs[b][..]), &rate);
+        let durable_ratios = ratios_to(
+            rs,
+            journal_base.filter(|_| whole).map(|b| &runs[b][..]),
+            &durable_rate,
+        );
         let logical = |r: &RunReport| r.logical_bytes.max(1) as f64;
         println!(
             "| {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} | {:.0} |",
