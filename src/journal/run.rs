@@ -129,16 +129,8 @@ fn key_hashes(key: &[u8]) -> (u32, u32) {
 impl Bloom {
     fn with_keys(hashes: impl ExactSizeIterator<Item = (u32, u32)>) -> Self {
         let bit_count = (hashes.len() as u64 * BLOOM_BITS_PER_KEY).max(64);
-        let mut bloom = Bloom {
-            hashes: BLOOM_HASHES,
-            bits: vec![0; bit_count.div_ceil(8) as usize],
-        };
-        let bit_count = bloom.bits.len() as u64 * 8;
-        for h in hashes {
-            for bit in probes(bloom.hashes, bit_count, h) {
-                bloom.bits[(bit / 8) as usize] |= 1 << (bit % 8);
-            }
-        }
+        let mut bloom = Bloom::empty(bit_count.next_multiple_of(8));
+        hashes.for_each(|h| bloom.insert(h));
         bloom
     }
 
