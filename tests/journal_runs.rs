@@ -177,6 +177,53 @@ fn writes_go_to_runs_and_read_back_from_the_overlay_the_runs_and_after_a_reopen(
     assert_eq!(engine.counts().runs_written, 0, "nothing to replay");
 }
 
+/// Under the background applier, merges run on their own thread beside the apply steps
+/// (ADR 0014, "Merges on their own thread"): many rounds, each read back against the model
+/// as it lands, then read whole, checkpointed, and reopened (recovery orders the runs by id,
+/// so an output listed with a higher id than a newer run would bring older values back).
+#[test]
+fn merges_beside_the_background_applier_lose_and_revive_nothing() {
+    let fs = SimFs::new();
+    let options = JournalOptions {
+        applier: Applier::Background,
+        apply_batch_delay: std::time::Duration::ZERO,
+        // Room for about two rounds' units: writers wait for the applier, so its steps are
+        // small and many, each a run, and merges come often.
+        overlay_bytes_max: 4 * 1024,
+        checkpoint_bytes: 64 * 1024,
+        ..options()
+    };
+    let open_bg = || JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options.clone());
+    let engine = open_bg().expect("open");
+    let db = app(&engine);
+    const ROUNDS: u32 = 120;
+    for round in 0..ROUNDS {
+        write_round(&*db, 60, round);
+        // The newest value of a key kept this round (`kept % 5 != round % 5`), and a key
+        // deleted this round.
+        let kept = (round + 1) % 60;
+        assert_eq!(
+            db.get(&key(kept)).unwrap(),
+            Some(value(kept, round)),
+            "round {round}"
+        );
+        assert_eq!(db.get(&key(round % 5)).unwrap(), None, "round {round}");
+    }
+    assert_eq!(all(&*db), model(60, ROUNDS - 1));
+    engine.checkpoint().expect("checkpoint");
+    let counts = engine.counts();
+    assert!(counts.apply_steps >= 20, "steps were small: {counts:?}");
+    assert!(counts.run_merges >= 2, "merges ran: {counts:?}");
+    assert!(
+        counts.checkpoints > 1,
+        "checkpoints ran between merges: {counts:?}"
+    );
+    drop((db, engine));
+    let engine = open_bg().expect("reopen");
+    let db = engine.keyspace(APP).expect("keyspace");
+    assert_eq!(all(&*db), model(60, ROUNDS - 1), "after the reopen");
+}
+
 #[test]
 fn an_unlisted_run_is_deleted_on_open_and_its_units_replayed() {
     let fs = SimFs::new();

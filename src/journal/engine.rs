@@ -220,8 +220,9 @@ pub enum KeyspaceIndex {
     /// immutable run, synced before the checkpoint that lists it; a read asks the runs
     /// newest first (a bloom filter, then one block). For small values under random keys
     /// (an app's state), whose inserts into a B-tree larger than its cache read and
-    /// rewrite most of its leaves every step. Runs are not merged yet (ADR 0014, step 3):
-    /// each apply step adds one, and a read of an absent key probes every run's filter.
+    /// rewrite most of its leaves every step. Each apply step adds a run; the newest runs
+    /// are merged into one when their bytes reach the next older run's, so at most a few
+    /// remain (with the background applier, on a merger thread beside the apply steps).
     Runs,
 }
 
@@ -492,9 +493,21 @@ struct State {
     /// Runs a merge replaced: unlinked after the next checkpoint, whose durable manifest
     /// no longer lists them (a reader holding one keeps its open file).
     doomed_runs: Vec<(String, Arc<Run>)>,
+    /// True while the merger thread runs ([`Shared::run_merger`]): apply steps leave run
+    /// merges to it. False before it is started, after it stopped, and with
+    /// [`Applier::Inline`]: each apply step then merges itself.
+    merger_live: bool,
+    /// Set by an apply step for the merger: the runs changed, a merge may be due.
+    merge_wanted: bool,
 }
 
 impl State {
+    /// True when the index holds changes no checkpoint made durable: units applied since
+    /// the last one, or runs listed since (a merge's output is listed with no unit applied).
+    fn index_changed_since_checkpoint(&self) -> bool {
+        self.applied_seq > self.checkpoint_seq || !self.unsynced_runs.is_empty()
+    }
+
     /// After a durable commit that followed [`Shared::sync_runs`] (which synced `synced`
     /// runs): every run written so far is listed durably and needs no sync. The caller
     /// holds the apply lock, so no run was written since the syncs.
@@ -534,6 +547,8 @@ struct Shared {
     poison: Arc<Poison>,
     writer: Mutex<Writer>,
     apply: Mutex<()>,
+    /// The merger thread, once started (by the applier, at the first merge that is due).
+    merger: Mutex<Option<thread::JoinHandle<()>>>,
     /// True when the spare segment is prepared (zeros durable). Held while one is being
     /// prepared, so a roll waits for it rather than race it.
     spare_ready: Mutex<bool>,
@@ -569,6 +584,12 @@ impl Drop for Handle {
             // A panicking applier has already poisoned nothing we could repair here.
             let _ = t.join();
         }
+        // The merger ends the merge it is writing at its next look at `stop` (the partial
+        // output deleted, never listed); the closing step below plans no merge.
+        if let Some(t) = self.shared.merger.lock().expect("merger lock").take() {
+            let _ = t.join();
+        }
+        self.shared.lock_state().merger_live = false;
         // A clean close applies and checkpoints what it can; a failure here (a cut power
         // supply in the tests) loses nothing: the units are in the journal.
         if !self.shared.poison.is_set() {
@@ -819,6 +840,8 @@ impl JournalEngine {
             unsynced_runs: Vec::new(),
             next_run_id: runs.next_id,
             doomed_runs: Vec::new(),
+            merger_live: false,
+            merge_wanted: false,
         };
         for (header, sections, at) in scan.replay {
             push_unit(&mut state, header.seq, Arc::new(UnitOps::new(sections)), at);
@@ -840,6 +863,7 @@ impl JournalEngine {
                 synced_through: written_through,
             }),
             apply: Mutex::new(()),
+            merger: Mutex::new(None),
             spare_ready: Mutex::new(spare_prepared),
             state: Mutex::new(state),
             changed: Condvar::new(),
@@ -1302,6 +1326,54 @@ fn read_values_meta(index: &Database) -> Result<(HashMap<String, u64>, BTreeMap<
         Err(e) => return Err(Error::storage(ENGINE_NAME, "open live", e)),
     }
     Ok((separated, live))
+}
+
+/// Ops between two looks at whether the engine is stopping, while a merge is written.
+/// Why: a look takes the state lock; every 4,096 ops (~0.7 MiB of the app's ops) it costs
+/// nothing beside the write, and a close waits for at most that many more.
+const MERGE_STOP_CHECK_OPS: u64 = 4096;
+
+/// A merge's ops, ended early once the engine is stopping ([`Shared::write_merge`]).
+struct UntilStop<'a, I> {
+    ops: I,
+    shared: &'a Shared,
+    seen: u64,
+    stopped: bool,
+}
+
+impl<I: Iterator<Item = Result<UnitOp>>> Iterator for UntilStop<'_, I> {
+    type Item = Result<UnitOp>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.stopped {
+            return None;
+        }
+        if self.seen.is_multiple_of(MERGE_STOP_CHECK_OPS) && self.shared.lock_state().stop {
+            self.stopped = true;
+            return None;
+        }
+        self.seen += 1;
+        self.ops.next()
+    }
+}
+
+/// A merge to write ([`Shared::plan_merge`]).
+struct MergePlan {
+    keyspace: String,
+    /// The runs to merge, newest first: the keyspace's newest runs when it was planned.
+    inputs: Vec<Arc<Run>>,
+    /// The inputs include the keyspace's oldest run: tombstones are dropped.
+    oldest: bool,
+    /// The output's id, taken with the plan.
+    id: u64,
+}
+
+/// A merge's output, written and not yet listed ([`Shared::install_merge`]).
+struct WrittenMerge {
+    keyspace: String,
+    /// The runs merged, newest first: the keyspace's newest runs when the merge began.
+    inputs: Vec<Arc<Run>>,
+    out: Arc<Run>,
 }
 
 /// How many of `runs` (newest first) to merge into one: the newest while their bytes
@@ -2162,11 +2234,25 @@ impl Shared {
             // leaves them waiting).
             #[cfg(not(loom_bug_no_wakeup_after_apply))]
             self.changed.notify_all();
-            self.merge_runs()?;
+            // The merger thread merges beside the next steps; without one, this step does.
+            let mut st = self.lock_state();
+            if st.merger_live {
+                st.merge_wanted = true;
+                drop(st);
+                self.changed.notify_all();
+            } else {
+                drop(st);
+                self.merge_runs()?;
+            }
         }
+        // Crash: a merge the merger listed after the last checkpoint is in the index's
+        // manifest, not synced; redb's close would make that manifest durable on its own,
+        // so a close (forced) checkpoints it, syncing the output first, even when no unit
+        // was applied since. Without it a cut after a clean close refuses the open (the
+        // output listed, torn).
         let due = {
             let st = self.lock_state();
-            st.applied_seq > st.checkpoint_seq
+            st.index_changed_since_checkpoint()
                 && (force
                     || st.bytes_since_checkpoint >= self.options.checkpoint_bytes
                     || (self.options.applier == Applier::Background
@@ -2372,11 +2458,25 @@ impl Shared {
         ops: impl Iterator<Item = Result<UnitOp>>,
         keys_max: u64,
     ) -> Result<Arc<Run>> {
-        let id = {
-            let mut st = self.lock_state();
-            st.next_run_id += 1;
-            st.next_run_id - 1
-        };
+        let id = self.take_run_id();
+        self.write_run_as(keyspace, id, ops, keys_max)
+    }
+
+    /// The id the next run takes (ids are never reused).
+    fn take_run_id(&self) -> u64 {
+        let mut st = self.lock_state();
+        st.next_run_id += 1;
+        st.next_run_id - 1
+    }
+
+    /// [`Self::write_run`] with an id taken before ([`Self::take_run_id`]).
+    fn write_run_as(
+        &self,
+        keyspace: &str,
+        id: u64,
+        ops: impl Iterator<Item = Result<UnitOp>>,
+        keys_max: u64,
+    ) -> Result<Arc<Run>> {
         let path = runs_dir(&self.dir, keyspace).join(run_file_name(id));
         self.step.point();
         let file = self
@@ -2526,70 +2626,254 @@ impl Shared {
     }
 
     /// Merges each runs keyspace's newest runs while the policy asks ([`runs_to_merge`]),
-    /// on the applier's thread between steps: the output replaces them in the read order
-    /// and in the manifest (a `Durability::None` transaction, durable with the next
-    /// checkpoint, which syncs the output first); the inputs are unlinked after that
-    /// checkpoint. Tombstones are dropped only when the output is the keyspace's oldest run.
-    /// The caller holds the apply lock.
+    /// inline: the caller holds the apply lock (an apply step with no merger thread, or the
+    /// close). The output replaces them in the read order and in the manifest (a
+    /// `Durability::None` transaction, durable with the next checkpoint, which syncs the
+    /// output first); the inputs are unlinked after that checkpoint. Tombstones are dropped
+    /// only when the output is the keyspace's oldest run.
     // Crash: before the next checkpoint a cut leaves the inputs listed and the output not
     // (deleted on open); after it the output listed and whole, the inputs unlisted (deleted
     // on open if their unlink was lost).
     fn merge_runs(&self) -> Result<()> {
-        let lists: Vec<(String, RunList)> = {
-            let st = self.lock_state();
-            st.runs
-                .iter()
-                .map(|(n, l)| (n.clone(), l.clone()))
-                .collect()
-        };
-        for (name, list) in lists {
-            let take = runs_to_merge(&list);
-            if take < 2 {
-                continue;
-            }
-            let inputs = &list[..take];
-            let oldest = take == list.len();
-            // Streamed: the inputs are read a block at a time, never whole.
-            let merged = MergedRuns::over(inputs, &KeyRange::all(), Direction::Forward, !oldest);
-            let keys_max = inputs.iter().map(|r| r.ops()).sum();
-            let out = self.write_run(&name, merged, keys_max)?;
-            let txn = self.begin_index_write(redb::Durability::None)?;
+        for name in self.runs_keyspaces() {
+            if let Some(plan) = self.plan_merge(&name)
+                && let Some(merge) = self.write_merge(plan)?
             {
-                let mut manifest = txn.open_table(RUNS).map_err(self.failing("open runs"))?;
-                manifest
-                    .insert((name.as_str(), out.id()), RUN_LEVEL)
-                    .map_err(self.failing("write runs"))?;
-                for r in inputs {
-                    manifest
-                        .remove((name.as_str(), r.id()))
-                        .map_err(self.failing("write runs"))?;
-                }
+                self.install_merge(merge)?;
             }
-            self.step.point();
-            txn.commit().map_err(self.failing("commit"))?;
-            bump(&self.counters.run_merges, 1);
-            let mut st = self.lock_state();
-            let now = st
-                .runs
-                .get_mut(&name)
-                .expect("invariant: a merged keyspace is indexed by runs");
-            assert!(
-                Arc::ptr_eq(now, &list),
-                "invariant: only the applier changes a keyspace's runs (the apply lock)"
-            );
-            let mut replaced = Vec::with_capacity(list.len() - take + 1);
-            replaced.push(out.clone());
-            replaced.extend(list[take..].iter().cloned());
-            *now = Arc::new(replaced);
-            let ids: BTreeSet<u64> = inputs.iter().map(|r| r.id()).collect();
-            // An input not yet synced needs no sync: nothing will list it durably.
-            st.unsynced_runs
-                .retain(|(n, r)| !(n == &name && ids.contains(&r.id())));
-            st.unsynced_runs.push((name.clone(), out));
-            st.doomed_runs
-                .extend(inputs.iter().map(|r| (name.clone(), r.clone())));
         }
         Ok(())
+    }
+
+    /// The keyspaces indexed by runs.
+    fn runs_keyspaces(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.lock_state().runs.keys().cloned().collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// The merge [`runs_to_merge`] asks for in `keyspace`, if any: its newest runs as they
+    /// stand, and the id the output will take. The caller holds the apply lock, so no apply
+    /// step is between taking its run's id and listing the run: every run with a lower id
+    /// than the output's is listed now (among the inputs or older), and every run written
+    /// after takes a higher id and holds newer ops. So the ids still order the runs by the
+    /// age of their ops, as recovery reads them, however long the merge takes.
+    fn plan_merge(&self, keyspace: &str) -> Option<MergePlan> {
+        let list = {
+            let st = self.lock_state();
+            // A stopping engine merges nothing: merges only speed reads up, and a close
+            // should not wait for one (the next open's steps merge what is due).
+            if st.stop {
+                return None;
+            }
+            st.runs.get(keyspace).cloned()?
+        };
+        let take = runs_to_merge(&list);
+        if take < 2 {
+            return None;
+        }
+        Some(MergePlan {
+            keyspace: keyspace.to_owned(),
+            inputs: list[..take].to_vec(),
+            oldest: take == list.len(),
+            id: self.take_run_id(),
+        })
+    }
+
+    /// Writes a planned merge's output, not yet listed ([`Self::install_merge`] lists it).
+    /// Needs no lock: runs are immutable, and only an install changes a list past its
+    /// newest run.
+    // Crash: until its install commits, the output is listed by no manifest: a cut leaves
+    // it partial or whole and unlisted (deleted on open), the inputs and any newer runs
+    // listed as before.
+    /// `None` when the engine began to stop during the write: the partial output is
+    /// deleted (never listed), so a close does not wait for a long merge.
+    fn write_merge(&self, plan: MergePlan) -> Result<Option<WrittenMerge>> {
+        let MergePlan {
+            keyspace,
+            inputs,
+            oldest,
+            id,
+        } = plan;
+        // Streamed: the inputs are read a block at a time, never whole.
+        let mut merged = UntilStop {
+            ops: MergedRuns::over(&inputs, &KeyRange::all(), Direction::Forward, !oldest),
+            shared: self,
+            seen: 0,
+            stopped: false,
+        };
+        let keys_max = inputs.iter().map(|r| r.ops()).sum();
+        let out = self.write_run_as(&keyspace, id, &mut merged, keys_max)?;
+        if merged.stopped {
+            drop(out);
+            // Crash: the file is listed nowhere; an unlink lost in a cut leaves it for the
+            // next open, which deletes every unlisted run. Not an error either way: nothing
+            // durable depends on it.
+            let path = runs_dir(&self.dir, &keyspace).join(run_file_name(id));
+            let _ = self.fs.remove_file(&path);
+            return Ok(None);
+        }
+        Ok(Some(WrittenMerge {
+            keyspace,
+            inputs,
+            out,
+        }))
+    }
+
+    /// Lists a written merge: one `Durability::None` commit inserts the output's manifest
+    /// row and removes the inputs' (durable with the next checkpoint, which syncs the
+    /// output first), then the output takes the inputs' place in the read list, behind any
+    /// run written since the merge began. The caller holds the apply lock: no checkpoint
+    /// is between its run syncs and its commit, and no other step changes the manifest.
+    fn install_merge(&self, merge: WrittenMerge) -> Result<()> {
+        self.poison.check(ENGINE_NAME)?;
+        let WrittenMerge {
+            keyspace: name,
+            inputs,
+            out,
+        } = merge;
+        let txn = self.begin_index_write(redb::Durability::None)?;
+        {
+            let mut manifest = txn.open_table(RUNS).map_err(self.failing("open runs"))?;
+            manifest
+                .insert((name.as_str(), out.id()), RUN_LEVEL)
+                .map_err(self.failing("write runs"))?;
+            for r in &inputs {
+                manifest
+                    .remove((name.as_str(), r.id()))
+                    .map_err(self.failing("write runs"))?;
+            }
+        }
+        self.step.point();
+        txn.commit().map_err(self.failing("commit"))?;
+        bump(&self.counters.run_merges, 1);
+        let mut st = self.lock_state();
+        let now = st
+            .runs
+            .get_mut(&name)
+            .expect("invariant: a merged keyspace is indexed by runs");
+        // Runs written since the merge began are in front of its inputs, which are still
+        // there, in order: only an install changes a list past its newest run, and one
+        // merge is written at a time.
+        let newer = now
+            .iter()
+            .position(|r| Arc::ptr_eq(r, &inputs[0]))
+            .expect("invariant: a merge's inputs stay listed until it is installed");
+        assert!(
+            now.len() >= newer + inputs.len()
+                && now[newer..newer + inputs.len()]
+                    .iter()
+                    .zip(&inputs)
+                    .all(|(a, b)| Arc::ptr_eq(a, b)),
+            "invariant: a merge's inputs are listed together, as when it began"
+        );
+        assert!(
+            now[..newer].iter().all(|r| r.id() > out.id()),
+            "invariant: a run written during a merge has a higher id than its output"
+        );
+        let mut replaced = Vec::with_capacity(now.len() - inputs.len() + 1);
+        replaced.extend(now[..newer].iter().cloned());
+        replaced.push(out.clone());
+        replaced.extend(now[newer + inputs.len()..].iter().cloned());
+        *now = Arc::new(replaced);
+        let ids: BTreeSet<u64> = inputs.iter().map(|r| r.id()).collect();
+        // An input not yet synced needs no sync: nothing will list it durably.
+        st.unsynced_runs
+            .retain(|(n, r)| !(n == &name && ids.contains(&r.id())));
+        st.unsynced_runs.push((name.clone(), out));
+        st.doomed_runs
+            .extend(inputs.into_iter().map(|r| (name.clone(), r)));
+        Ok(())
+    }
+
+    /// The merger thread: writes each merge that is due beside the apply steps, and lists
+    /// it under the apply lock. A long merge (the whole app state, at scale) no longer
+    /// holds the next step, nor the flush point that waits for it (ADR 0014, "Merges on
+    /// their own thread"). Stops when the engine does, after the merge it is writing.
+    fn run_merger(&self) {
+        loop {
+            {
+                let mut st = self.lock_state();
+                loop {
+                    if st.stop || self.poison.is_set() {
+                        return;
+                    }
+                    if st.merge_wanted {
+                        st.merge_wanted = false;
+                        break;
+                    }
+                    st = self.changed.wait(st).expect("journal state lock");
+                }
+            }
+            if self.merge_beside_steps().is_err() {
+                // Poisoned (by `fail`): writers see it on their next call.
+                return;
+            }
+        }
+    }
+
+    /// Every merge that is due, each written without a lock and installed under the apply
+    /// lock; another is looked for after each (steps may have added runs meanwhile).
+    fn merge_beside_steps(&self) -> Result<()> {
+        for name in self.runs_keyspaces() {
+            // A stopping engine's close merges what is left, inline.
+            while !self.lock_state().stop {
+                let plan = {
+                    let _apply = self.apply.lock().expect("journal apply lock");
+                    self.plan_merge(&name)
+                };
+                let Some(plan) = plan else {
+                    break;
+                };
+                let Some(merge) = self.write_merge(plan)? else {
+                    break;
+                };
+                let _apply = self.apply.lock().expect("journal apply lock");
+                self.install_merge(merge)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts the merger thread if a keyspace is indexed by runs and none runs yet (the
+    /// background applier, after a step). Merges stay inline until then.
+    fn start_merger(self: &Arc<Self>) -> Result<()> {
+        let mut handle = self.merger.lock().expect("merger lock");
+        if handle.is_some() {
+            return Ok(());
+        }
+        {
+            let mut st = self.lock_state();
+            if st.runs.is_empty() || st.stop {
+                return Ok(());
+            }
+            st.merger_live = true;
+        }
+        let s = self.clone();
+        let spawned = thread::Builder::new()
+            .name("journal-merger".into())
+            .spawn(move || {
+                // A panic (a broken invariant) poisons the engine rather than leave merges
+                // undone unnoticed.
+                let run = std::panic::AssertUnwindSafe(|| s.run_merger());
+                if std::panic::catch_unwind(run).is_err() {
+                    s.fail(Error::storage(
+                        ENGINE_NAME,
+                        "merge",
+                        "the merger thread panicked",
+                    ));
+                }
+            });
+        match spawned {
+            Ok(t) => {
+                *handle = Some(t);
+                Ok(())
+            }
+            Err(e) => {
+                self.lock_state().merger_live = false;
+                Err(self.fail(Error::storage(ENGINE_NAME, "spawn merger", e)))
+            }
+        }
     }
 
     /// Syncs every run written since the last checkpoint, then each directory they were
@@ -2700,7 +2984,7 @@ impl Shared {
     }
 
     /// The background applier: applies as units become durable, checkpoints when due.
-    fn run_applier(&self) {
+    fn run_applier(self: &Arc<Self>) {
         loop {
             {
                 let mut st = self.lock_state();
@@ -2716,7 +3000,7 @@ impl Shared {
                         .filter(|u| u.seq <= st.durable_through)
                         .map(|u| u.queued_at.elapsed());
                     let since = st.last_checkpoint.elapsed();
-                    let time_due = st.applied_seq > st.checkpoint_seq
+                    let time_due = st.index_changed_since_checkpoint()
                         && since >= self.options.checkpoint_interval;
                     let apply_due = durable_age.is_some_and(|age| {
                         age >= self.options.apply_batch_delay
@@ -2738,7 +3022,10 @@ impl Shared {
                         .0;
                 }
             }
-            if self.apply_step(false).is_err() || self.keep_spare_ready().is_err() {
+            if self.apply_step(false).is_err()
+                || self.keep_spare_ready().is_err()
+                || self.start_merger().is_err()
+            {
                 // Poisoned (by `fail`): writers see it on their next call.
                 return;
             }
@@ -3180,6 +3467,201 @@ impl Iterator for Merge<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The merge tests' setup: a journal in `fs` at `/j` with the inline applier and an
+    /// "app" keyspace indexed by runs, whose steps leave merges to a merger (the test is
+    /// the merger: it plans, writes and installs them itself).
+    struct MergeBench {
+        fs: crate::fs::SimFs,
+        options: JournalOptions,
+        engine: JournalEngine,
+        db: Arc<JournalDb>,
+        shared: Arc<Shared>,
+    }
+
+    impl MergeBench {
+        fn new() -> MergeBench {
+            let fs = crate::fs::SimFs::new();
+            let options = JournalOptions {
+                applier: Applier::Inline,
+                checkpoint_bytes: 1 << 30,
+                run_block_bytes: 64,
+                ..JournalOptions::default()
+            };
+            let engine =
+                JournalEngine::open(Arc::new(fs.clone()), Path::new("/j"), options.clone())
+                    .expect("open");
+            let db = engine
+                .keyspace_with("app", KeyspaceOptions::indexed_by_runs())
+                .expect("keyspace");
+            let shared = engine.handle.shared.clone();
+            shared.lock_state().merger_live = true;
+            MergeBench {
+                fs,
+                options,
+                engine,
+                db,
+                shared,
+            }
+        }
+
+        fn key(i: u32) -> Bytes {
+            Bytes::from(format!("acct/{:08x}", i.wrapping_mul(0x9e37_79b9)))
+        }
+
+        fn value(i: u32, round: u32) -> Bytes {
+            Bytes::from(format!("value {i} round {round}"))
+        }
+
+        /// One synced unit (so one inline step, one run): keys `0..keys` at `round`.
+        fn write_round(&self, keys: u32, round: u32) {
+            let mut b = crate::db::Batch::new();
+            for i in 0..keys {
+                b.put(Self::key(i), Self::value(i, round));
+            }
+            crate::db::Db::write(&*self.db, &b, crate::db::Durability::Synced).expect("write");
+        }
+
+        fn plan(&self) -> Option<MergePlan> {
+            let _apply = self.shared.apply.lock().unwrap();
+            self.shared.plan_merge("app")
+        }
+
+        fn install(&self, merge: WrittenMerge) {
+            let _apply = self.shared.apply.lock().unwrap();
+            self.shared.install_merge(merge).expect("install merge");
+        }
+
+        /// Closes the engine and opens `fs` (the same files, or a crash image of them).
+        fn reopen(self, fs: crate::fs::SimFs) -> Arc<JournalDb> {
+            let options = self.options.clone();
+            drop(self);
+            let engine =
+                JournalEngine::open(Arc::new(fs), Path::new("/j"), options).expect("reopen");
+            engine.keyspace("app").expect("keyspace")
+        }
+
+        /// Every key `0..keys` reads as `round`'s value.
+        fn check(db: &dyn crate::db::Db, keys: u32, round: u32, when: &str) {
+            for i in 0..keys {
+                assert_eq!(
+                    db.get(&Self::key(i)).unwrap(),
+                    Some(Self::value(i, round)),
+                    "{when}: key {i}"
+                );
+            }
+        }
+    }
+
+    /// A merge written while apply steps go on, as the merger thread writes one, made
+    /// deterministic: planned, then three steps write newer runs over the same keys, then
+    /// the output is written and listed. The output must stay behind the newer runs in the
+    /// read list and take a lower id than theirs (a reopen orders runs by id): reads before
+    /// and after a reopen see the last step's values, never the merged older ones.
+    #[test]
+    fn a_merge_written_beside_apply_steps_stays_behind_their_newer_runs() {
+        let bench = MergeBench::new();
+        for round in 0..4 {
+            bench.write_round(40, round);
+        }
+        let plan = bench.plan().expect("four equal runs: a merge is due");
+        assert_eq!(plan.inputs.len(), 4);
+        for round in 4..7 {
+            bench.write_round(40, round);
+        }
+        let merge = bench
+            .shared
+            .write_merge(plan)
+            .expect("write merge")
+            .expect("not stopping");
+        bench.install(merge);
+        let ids: Vec<u64> = bench.shared.lock_state().runs["app"]
+            .iter()
+            .map(|r| r.id())
+            .collect();
+        assert_eq!(
+            ids.len(),
+            4,
+            "three newer runs and the merge's output: {ids:?}"
+        );
+        assert!(
+            ids.windows(2).all(|w| w[0] > w[1]),
+            "newest first by id: {ids:?}"
+        );
+        MergeBench::check(&*bench.db, 40, 6, "after the merge");
+        bench.engine.checkpoint().expect("checkpoint");
+        let fs = bench.fs.clone();
+        let db = bench.reopen(fs);
+        MergeBench::check(&*db, 40, 6, "after the reopen");
+    }
+
+    /// A stopping engine merges nothing: a merge being written ends early and its output
+    /// is deleted, never listed, and no new merge is planned; the values are untouched
+    /// and the next open reads them.
+    #[test]
+    fn a_stopping_engine_drops_the_merge_it_is_writing_and_plans_none() {
+        let bench = MergeBench::new();
+        // Rounds of more ops than one look at `stop` covers, so the write is cut short.
+        let keys = 2 * MERGE_STOP_CHECK_OPS as u32;
+        for round in 0..4 {
+            bench.write_round(keys, round);
+        }
+        let runs_dir = Path::new("/j").join(RUNS_DIR).join("app");
+        let before = bench.fs.list(&runs_dir);
+        let plan = bench.plan().expect("a merge is due");
+        let id = plan.id;
+        bench.shared.lock_state().stop = true;
+        assert!(
+            bench
+                .shared
+                .write_merge(plan)
+                .expect("write merge")
+                .is_none(),
+            "a stopping engine's merge ends early"
+        );
+        assert_eq!(
+            bench.fs.list(&runs_dir),
+            before,
+            "the partial output {id} is deleted"
+        );
+        assert!(bench.plan().is_none(), "no merge planned while stopping");
+        bench.shared.lock_state().stop = false;
+        let fs = bench.fs.clone();
+        let db = bench.reopen(fs);
+        MergeBench::check(&*db, keys, 3, "after the reopen");
+    }
+
+    /// A merge the merger lists after the last checkpoint, with no unit applied since, is
+    /// checkpointed by the close: its output synced, then the manifest made durable. A
+    /// power cut after the close then reopens to the same values. Without the close's
+    /// checkpoint, redb's own close made the manifest durable with the output unsynced,
+    /// and the cut's image refused the open ("app run …: truncated").
+    #[test]
+    fn a_merge_listed_after_the_last_checkpoint_is_checkpointed_by_the_close() {
+        use crate::fs::{DirFate, FileFate};
+        let bench = MergeBench::new();
+        for round in 0..4 {
+            bench.write_round(40, round);
+        }
+        bench.engine.checkpoint().expect("checkpoint");
+        let plan = bench.plan().expect("a merge is due");
+        let merge = bench
+            .shared
+            .write_merge(plan)
+            .expect("write merge")
+            .expect("not stopping");
+        bench.install(merge);
+        let fs = bench.fs.clone();
+        // Closed first, then the power cut: every unsynced byte and directory entry
+        // dropped.
+        let options = bench.options.clone();
+        drop(bench);
+        let image = fs.crash_image(DirFate::DropAll, FileFate::DropAll);
+        let engine =
+            JournalEngine::open(Arc::new(image), Path::new("/j"), options).expect("reopen");
+        let db = engine.keyspace("app").expect("keyspace");
+        MergeBench::check(&*db, 40, 3, "after the close and a cut");
+    }
 
     /// The merge policy against ADR 0014's rule, worked by hand: the newest runs are taken
     /// while their bytes together are at least the next older run's, and at most 8 runs
