@@ -510,7 +510,8 @@ impl State {
 
     /// After a durable commit that followed [`Shared::sync_runs`] (which synced `synced`
     /// runs): every run written so far is listed durably and needs no sync. The caller
-    /// holds the apply lock, so no run was written since the syncs.
+    /// holds the apply lock, so no run was listed since the syncs (the merger may have
+    /// written one, unlisted until it takes the lock).
     fn runs_listed_durably(&mut self, synced: usize) {
         assert_eq!(
             self.unsynced_runs.len(),
@@ -547,7 +548,8 @@ struct Shared {
     poison: Arc<Poison>,
     writer: Mutex<Writer>,
     apply: Mutex<()>,
-    /// The merger thread, once started (by the applier, at the first merge that is due).
+    /// The merger thread, once started (by the applier, after its first step once a
+    /// keyspace is indexed by runs).
     merger: Mutex<Option<thread::JoinHandle<()>>>,
     /// True when the spare segment is prepared (zeros durable). Held while one is being
     /// prepared, so a roll waits for it rather than race it.
@@ -1009,7 +1011,8 @@ impl JournalEngine {
         }
         // This durable commit also makes the apply steps since the last checkpoint durable,
         // with the manifest rows of their runs: those runs are synced first, as a
-        // checkpoint syncs them (the apply lock is held: no run is written meanwhile).
+        // checkpoint syncs them (the apply lock is held: no run is listed meanwhile; the
+        // merger may be writing one, unlisted).
         let synced_runs = s.sync_runs()?;
         // Crash: the record (and a separating keyspace's empty table) is durable together
         // or not at all; no unit of this keyspace is applied before it (the apply lock), so
@@ -1333,7 +1336,8 @@ fn read_values_meta(index: &Database) -> Result<(HashMap<String, u64>, BTreeMap<
 /// nothing beside the write, and a close waits for at most that many more.
 const MERGE_STOP_CHECK_OPS: u64 = 4096;
 
-/// A merge's ops, ended early once the engine is stopping ([`Shared::write_merge`]).
+/// A merge's ops, ended early once the engine is stopping or poisoned
+/// ([`Shared::write_merge`]).
 struct UntilStop<'a, I> {
     ops: I,
     shared: &'a Shared,
@@ -1348,7 +1352,9 @@ impl<I: Iterator<Item = Result<UnitOp>>> Iterator for UntilStop<'_, I> {
         if self.stopped {
             return None;
         }
-        if self.seen.is_multiple_of(MERGE_STOP_CHECK_OPS) && self.shared.lock_state().stop {
+        if self.seen.is_multiple_of(MERGE_STOP_CHECK_OPS)
+            && (self.shared.lock_state().stop || self.shared.poison.is_set())
+        {
             self.stopped = true;
             return None;
         }
@@ -2229,19 +2235,18 @@ impl Shared {
             }
             st.applied_seq = last_seq;
             st.applied_end = (last.segment, last.offset + last.len);
+            // The merger thread merges beside the next steps; without one, this step does.
+            let merger_live = st.merger_live;
+            st.merge_wanted |= merger_live;
             drop(st);
             // Writers waiting for room are woken (a planted bug for `tests/loom_journal.rs`
-            // leaves them waiting).
+            // leaves them waiting), and the merger.
             #[cfg(not(loom_bug_no_wakeup_after_apply))]
             self.changed.notify_all();
-            // The merger thread merges beside the next steps; without one, this step does.
-            let mut st = self.lock_state();
-            if st.merger_live {
-                st.merge_wanted = true;
-                drop(st);
+            if merger_live {
+                // Woken whatever the planted bug above does.
                 self.changed.notify_all();
             } else {
-                drop(st);
                 self.merge_runs()?;
             }
         }
@@ -2662,8 +2667,9 @@ impl Shared {
         let list = {
             let st = self.lock_state();
             // A stopping engine merges nothing: merges only speed reads up, and a close
-            // should not wait for one (the next open's steps merge what is due).
-            if st.stop {
+            // should not wait for one (the next open's steps merge what is due). A poisoned
+            // one writes nothing more.
+            if st.stop || self.poison.is_set() {
                 return None;
             }
             st.runs.get(keyspace).cloned()?
@@ -2789,7 +2795,8 @@ impl Shared {
     /// The merger thread: writes each merge that is due beside the apply steps, and lists
     /// it under the apply lock. A long merge (the whole app state, at scale) no longer
     /// holds the next step, nor the flush point that waits for it (ADR 0014, "Merges on
-    /// their own thread"). Stops when the engine does, after the merge it is writing.
+    /// their own thread"). Stops when the engine does (the merge it is writing ends at its
+    /// next look at the stop, its output deleted) or is poisoned.
     fn run_merger(&self) {
         loop {
             {
@@ -2816,8 +2823,9 @@ impl Shared {
     /// lock; another is looked for after each (steps may have added runs meanwhile).
     fn merge_beside_steps(&self) -> Result<()> {
         for name in self.runs_keyspaces() {
-            // A stopping engine's close merges what is left, inline.
-            while !self.lock_state().stop {
+            // A stopping engine merges nothing (the next open's steps merge what is due);
+            // a poisoned one writes nothing more.
+            while !self.lock_state().stop && !self.poison.is_set() {
                 let plan = {
                     let _apply = self.apply.lock().expect("journal apply lock");
                     self.plan_merge(&name)
@@ -2986,6 +2994,7 @@ impl Shared {
     /// The background applier: applies as units become durable, checkpoints when due.
     fn run_applier(self: &Arc<Self>) {
         loop {
+            let start_merger;
             {
                 let mut st = self.lock_state();
                 loop {
@@ -3008,6 +3017,9 @@ impl Shared {
                             || st.apply_waiters > 0
                     });
                     if apply_due || time_due {
+                        // Looked at here, under the lock already held: no lock of its own
+                        // per step (each would be one more step for a loom model).
+                        start_merger = !st.merger_live && !st.runs.is_empty();
                         break;
                     }
                     let wait = match durable_age {
@@ -3024,7 +3036,7 @@ impl Shared {
             }
             if self.apply_step(false).is_err()
                 || self.keep_spare_ready().is_err()
-                || self.start_merger().is_err()
+                || (start_merger && self.start_merger().is_err())
             {
                 // Poisoned (by `fail`): writers see it on their next call.
                 return;
@@ -3629,6 +3641,37 @@ mod tests {
         let fs = bench.fs.clone();
         let db = bench.reopen(fs);
         MergeBench::check(&*db, keys, 3, "after the reopen");
+    }
+
+    /// A merge's ops end at the first look at the stop after it is set, mid-stream: a
+    /// look every [`MERGE_STOP_CHECK_OPS`] ops, none missed, none early.
+    #[test]
+    fn a_merges_ops_end_at_the_first_look_after_the_stop() {
+        let bench = MergeBench::new();
+        let shared = &bench.shared;
+        let set_at = 10u64;
+        let mut yielded = 0u64;
+        let ops = (0..10 * MERGE_STOP_CHECK_OPS).map(|i| {
+            if i == set_at {
+                shared.lock_state().stop = true;
+            }
+            yielded += 1;
+            Ok((Bytes::from(i.to_be_bytes().to_vec()), None))
+        });
+        {
+            let mut until = UntilStop {
+                ops,
+                shared,
+                seen: 0,
+                stopped: false,
+            };
+            let got = until.by_ref().count() as u64;
+            assert!(until.stopped);
+            assert_eq!(got, MERGE_STOP_CHECK_OPS, "ended at the next look");
+            assert_eq!(until.next().map(|_| ()), None, "stays ended");
+        }
+        assert_eq!(yielded, MERGE_STOP_CHECK_OPS, "no op read past the look");
+        shared.lock_state().stop = false;
     }
 
     /// A merge the merger lists after the last checkpoint, with no unit applied since, is
