@@ -882,23 +882,13 @@ impl JournalEngine {
         }
         let thread = match shared.options.applier {
             Applier::Background => {
-                let s = shared.clone();
+                // A panic in the applier (a broken invariant) must not leave writers
+                // waiting for room forever: it poisons the engine.
                 Some(
-                    thread::Builder::new()
-                        .name("journal-applier".into())
-                        .spawn(move || {
-                            // A panic in the applier (a broken invariant) must not leave
-                            // writers waiting for room forever: it poisons the engine.
-                            let run = std::panic::AssertUnwindSafe(|| s.run_applier());
-                            if std::panic::catch_unwind(run).is_err() {
-                                s.fail(Error::storage(
-                                    ENGINE_NAME,
-                                    "apply",
-                                    "the applier thread panicked",
-                                ));
-                            }
-                        })
-                        .map_err(|e| Error::storage(ENGINE_NAME, "spawn applier", e))?,
+                    spawn_poisoning_on_panic(&shared, "journal-applier", "apply", |s| {
+                        s.run_applier()
+                    })
+                    .map_err(|e| Error::storage(ENGINE_NAME, "spawn applier", e))?,
                 )
             }
             Applier::Inline => None,
@@ -1361,6 +1351,28 @@ impl<I: Iterator<Item = Result<UnitOp>>> Iterator for UntilStop<'_, I> {
         self.seen += 1;
         self.ops.next()
     }
+}
+
+/// Starts one of the engine's threads, named `name`, running `body`; a panic in it (a
+/// broken invariant) poisons the engine, naming `op`, so no caller waits on it forever.
+fn spawn_poisoning_on_panic(
+    shared: &Arc<Shared>,
+    name: &str,
+    op: &'static str,
+    body: impl FnOnce(&Arc<Shared>) + Send + 'static,
+) -> std::io::Result<thread::JoinHandle<()>> {
+    let s = shared.clone();
+    let thread_name = name.to_owned();
+    thread::Builder::new().name(name.into()).spawn(move || {
+        let run = std::panic::AssertUnwindSafe(|| body(&s));
+        if std::panic::catch_unwind(run).is_err() {
+            s.fail(Error::storage(
+                ENGINE_NAME,
+                op,
+                format!("the {thread_name} thread panicked"),
+            ));
+        }
+    })
 }
 
 /// A merge to write ([`Shared::plan_merge`]).
@@ -2857,21 +2869,9 @@ impl Shared {
             }
             st.merger_live = true;
         }
-        let s = self.clone();
-        let spawned = thread::Builder::new()
-            .name("journal-merger".into())
-            .spawn(move || {
-                // A panic (a broken invariant) poisons the engine rather than leave merges
-                // undone unnoticed.
-                let run = std::panic::AssertUnwindSafe(|| s.run_merger());
-                if std::panic::catch_unwind(run).is_err() {
-                    s.fail(Error::storage(
-                        ENGINE_NAME,
-                        "merge",
-                        "the merger thread panicked",
-                    ));
-                }
-            });
+        // A panic (a broken invariant) poisons the engine rather than leave merges undone
+        // unnoticed.
+        let spawned = spawn_poisoning_on_panic(self, "journal-merger", "merge", |s| s.run_merger());
         match spawned {
             Ok(t) => {
                 *handle = Some(t);
