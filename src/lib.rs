@@ -104,7 +104,8 @@ pub use journal::{
     INDEX_FILE, JournalCounts, JournalDb, JournalEngine, JournalOptions, JournalUsage,
     KEYSPACE_NAME_BYTES_MAX, KeyspaceIndex, KeyspaceOptions, KeyspaceUsage, OVERLAY_BYTES_MAX,
     PREPARED_UNITS_BELOW_BYTES, RUN_BLOCK_BYTES, RUNS_DIR, SEGMENT_BYTES,
-    SEPARATE_VALUES_FROM_BYTES, SEPARATE_VALUES_MIN_BYTES, SPARE_SEGMENT_FILE, segment_file_name,
+    SEPARATE_VALUES_FROM_BYTES, SEPARATE_VALUES_MIN_BYTES, SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL,
+    SPARE_SEGMENT_FILE, segment_file_name,
 };
 pub use node::{
     DeferredWrites, Event, EventKind, EventSink, FLUSH_BYTES_MAX, FLUSH_INTERVAL, FlushInputs,

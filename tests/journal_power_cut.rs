@@ -395,8 +395,9 @@ fn every_cut_recovers_every_acknowledged_unit_and_no_partial_unit() {
         "the overlay budget is reached: {counts:?}"
     );
     // Both kinds of segment, so cuts land in each kind of roll: a buffered unit's roll
-    // creates a segment that grows; a synced unit's takes the spare, early when the active
-    // segment was created (`JournalOptions::prepared_units_below_bytes`).
+    // creates a segment that grows; a small synced unit's takes the spare, early when the
+    // active segment was created and the unit ends a run of small synced ones
+    // (`JournalOptions::prepared_units_below_bytes`, `SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL`).
     let log = fs.stats().log;
     let is_segment = |p: &Path| p.extension().is_some_and(|e| e == "seg");
     let created = log

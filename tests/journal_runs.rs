@@ -127,6 +127,10 @@ fn writes_go_to_runs_and_read_back_from_the_overlay_the_runs_and_after_a_reopen(
     let counts = engine.counts();
     assert_eq!(counts.run_merges, 3);
     assert_eq!(
+        counts.merges_behind_newer_runs, 0,
+        "inline, a merge follows its step: no run is written while it is"
+    );
+    assert_eq!(
         counts.runs_written,
         4 + 3,
         "a run per apply step and per merge"

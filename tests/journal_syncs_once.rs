@@ -139,14 +139,17 @@ fn one_synced_unit_is_one_sync_data_on_its_segment() {
     }
 }
 
-/// A large unit (a flush point's) rolls into a segment created empty, leaving the spare; the
-/// next small synced unit (a consensus block's) rolls early into that spare, so its sync
-/// overwrites prepared zeros. When no spare is ready, the background writer does not wait
-/// for one (it appends), while the inline writer prepares one, as at any roll. Counted
-/// exactly, for both appliers (the background one never steps here: its batch delay is an
-/// hour, so nothing races the writer for the spare); every unit reads back after a reopen.
+/// A large unit (a flush point's) rolls into a segment created empty, leaving the spare;
+/// small synced units (consensus blocks') append to that segment until one ends a run of
+/// `SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL`, which rolls early into the spare, so its sync and
+/// the next ones overwrite prepared zeros. A small unit among large ones (a heavy chain's
+/// empty block) never takes the spare. When no spare is ready, the background writer does
+/// not wait for one (it appends), while the inline writer prepares one, as at any roll.
+/// Counted exactly, for both appliers (the background one never steps here: its batch delay
+/// is an hour, so nothing races the writer for the spare); every unit reads back after a
+/// reopen.
 #[test]
-fn a_large_unit_creates_its_segment_and_a_small_synced_one_rolls_into_the_spare() {
+fn a_large_unit_creates_its_segment_and_a_run_of_small_synced_ones_rolls_into_the_spare() {
     for applier in [Applier::Inline, Applier::Background] {
         let fs = SimFs::new();
         let options = JournalOptions {
@@ -191,8 +194,24 @@ fn a_large_unit_creates_its_segment_and_a_small_synced_one_rolls_into_the_spare(
         );
         assert_eq!(syncs_since(&fs, at), roll_syncs(&seg(0)), "{applier:?}");
 
-        // The small synced unit: segment 0 has room, but it would grow it; the spare is
-        // ready, so the journal rolls into it first.
+        // Small synced units: segment 0 has room, and they grow it until one ends a run of
+        // them; that one rolls into the ready spare first.
+        let run = flushpoint::SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL;
+        assert!(run >= 2, "a run is more than one unit");
+        let mut keys: Vec<String> = vec!["large".into()];
+        for i in 1..run {
+            let key = format!("small-{i}");
+            let at = fs.stats().log.len();
+            blocks.write(&batch(&key), Durability::Synced).unwrap();
+            let ops = ops_since(at);
+            assert!(
+                !ops.iter()
+                    .any(|(op, _)| matches!(op, SimOp::Create | SimOp::Rename)),
+                "{applier:?}: small unit {i} of {run} appends: {ops:?}"
+            );
+            assert_eq!(syncs_since(&fs, at), vec![(SimOp::SyncData, seg(0))]);
+            keys.push(key);
+        }
         let at = fs.stats().log.len();
         blocks.write(&batch("small"), Durability::Synced).unwrap();
         let ops = ops_since(at);
@@ -201,6 +220,7 @@ fn a_large_unit_creates_its_segment_and_a_small_synced_one_rolls_into_the_spare(
             "{applier:?}: {ops:?}"
         );
         assert_eq!(syncs_since(&fs, at), roll_syncs(&seg(1)), "{applier:?}");
+        keys.push("small".into());
 
         // The next small one appends over the zeros; a large buffered one too (it fits): no
         // roll (no segment created or renamed) and no truncation.
@@ -216,9 +236,10 @@ fn a_large_unit_creates_its_segment_and_a_small_synced_one_rolls_into_the_spare(
             "{applier:?}: {ops:?}"
         );
         assert_eq!(syncs_since(&fs, at), vec![(SimOp::SyncData, seg(1))]);
+        keys.extend(["small2".into(), "large2".into()]);
 
         // A large unit that does not fit: segment 2 created (segment 1, holding the
-        // buffered unit, synced first). Then a small synced one, with no spare ready.
+        // buffered unit, synced first).
         let at = fs.stats().log.len();
         blocks
             .write(&large("large3", 48 * 1024), Durability::Synced)
@@ -228,8 +249,39 @@ fn a_large_unit_creates_its_segment_and_a_small_synced_one_rolls_into_the_spare(
             ops.contains(&(SimOp::Create, seg(2))),
             "{applier:?}: {ops:?}"
         );
+        keys.push("large3".into());
+
+        // A small unit among large ones (all but the last of a run, then a large one, then
+        // one small): none rolls, inline or not, spare or none.
+        for i in 1..run {
+            let key = format!("lone-{i}");
+            blocks.write(&batch(&key), Durability::Synced).unwrap();
+            keys.push(key);
+        }
+        blocks
+            .write(&large("large4", 9 * 1024), Durability::Synced)
+            .unwrap();
+        let at = fs.stats().log.len();
+        blocks.write(&batch("lone"), Durability::Synced).unwrap();
+        let ops = ops_since(at);
+        assert!(
+            !ops.iter()
+                .any(|(op, _)| matches!(op, SimOp::Create | SimOp::Rename)),
+            "{applier:?}: a small unit after a large one appends: {ops:?}"
+        );
+        assert_eq!(syncs_since(&fs, at), vec![(SimOp::SyncData, seg(2))]);
+        keys.extend(["large4".into(), "lone".into()]);
+
+        // `lone` began a run of small synced ones; with no spare ready, the run's last unit
+        // rolls inline only.
+        for i in 2..run {
+            let key = format!("small3-{i}");
+            blocks.write(&batch(&key), Durability::Synced).unwrap();
+            keys.push(key);
+        }
         let at = fs.stats().log.len();
         blocks.write(&batch("small3"), Durability::Synced).unwrap();
+        keys.push("small3".into());
         let ops = ops_since(at);
         match applier {
             // Inline: the writer prepares the spare, and rolls into it.
@@ -253,7 +305,7 @@ fn a_large_unit_creates_its_segment_and_a_small_synced_one_rolls_into_the_spare(
 
         let engine = open();
         let blocks = engine.keyspace("blocks").unwrap();
-        for key in ["large", "small", "small2", "large2", "large3", "small3"] {
+        for key in &keys {
             assert!(
                 blocks.get(key.as_bytes()).unwrap().is_some(),
                 "{applier:?}: {key}"

@@ -94,14 +94,26 @@ const _: () = assert!(
 /// Units of at least this many bytes, and buffered units, go to segments that are not
 /// prepared: a roll for one creates an empty segment that grows, and leaves the spare for a
 /// small synced unit. Why this bound: a prepared segment saves a synced unit's `sync_data`
-/// one metadata write (the file's size), which matters to a consensus block of ~10 KB; its
-/// zeros cost a second write of every byte the segment will hold. A flush point's unit is
-/// tens of MiB, synced once: its metadata write is nothing beside its data, and the zeros
-/// were the cost. Measured (twelfth session, `compare run-one`, 3 interleaved pairs,
-/// `FPJ_PREPARE=0` against 1, `fpj-deferred`): light blocks 9–11 % faster to durable,
-/// heavy blocks 2–39 % (`benches/compare/PERFORMANCE.md`). At 1 MiB the metadata write is
-/// under 1 % of the unit's own.
-pub const PREPARED_UNITS_BELOW_BYTES: u64 = 1024 * 1024;
+/// one metadata write (the file's size), which matters to a consensus block of ~10–20 KB;
+/// its zeros cost a second write of every byte the segment will hold. A flush point's unit
+/// is tens of MiB, synced once, and a heavy block's `save_block` ~0.9 MB: beside their data
+/// the metadata write is nothing, and the zeros were the cost. Measured: flush points
+/// (twelfth session, `FPJ_PREPARE=0` against 1, `fpj-deferred`) light blocks 9–11 % faster to
+/// durable, heavy 2–39 %; heavy `save_block` (seventeenth session, 0.9 MB units under the
+/// former 1 MiB bound) p99 25–31 ms over prepared zeros against 2.1–2.5 ms without, its
+/// bytes written 2.04× logical against 1.00× (`benches/compare/PERFORMANCE.md`). At 256 KiB
+/// the saved metadata write is still under 1 % of the unit's own.
+pub const PREPARED_UNITS_BELOW_BYTES: u64 = 256 * 1024;
+
+/// Small synced units in a row (this one counted) before one rolls early into the spare,
+/// leaving a growing segment's room unused. Why: a spare's zeros pay off only over a run of
+/// small synced units (consensus blocks); a small unit among large ones (a heavy chain's
+/// empty block, one in 13 in the demo chain) rolled into the spare, and the large units that
+/// followed filled it: 64 MiB of zeros written for one block's saving. Any unit of at least
+/// [`PREPARED_UNITS_BELOW_BYTES`] starts the count again; small buffered units leave it as it
+/// is. What it costs a node that switches from block sync to consensus: its first 3 blocks'
+/// syncs append (0.12 ms against 0.055 ms over zeros, measured on this machine class).
+pub const SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL: u32 = 4;
 
 /// The spare segment's file name: a segment's worth of zeros, written and synced ahead of
 /// time, renamed in at the next roll (ADR 0008, "Prepared segments").
@@ -287,8 +299,9 @@ pub struct JournalOptions {
     pub prepare_segments: bool,
     /// With `prepare_segments`: the synced units that take prepared segments are those
     /// under this many bytes; a larger or buffered unit that rolls the journal creates an
-    /// empty segment instead, and the next small synced unit rolls on into the spare when
-    /// one is ready ([`PREPARED_UNITS_BELOW_BYTES`], the default). `u64::MAX`: every synced
+    /// empty segment instead, and a small synced unit that ends a run of
+    /// [`SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL`] rolls on into the spare when one is ready
+    /// ([`PREPARED_UNITS_BELOW_BYTES`], the default). `u64::MAX`: every synced
     /// unit's roll takes a prepared segment; 0: none does.
     pub prepared_units_below_bytes: u64,
     /// Body bytes after which a run file's block closes (keyspaces indexed by runs; at
@@ -351,14 +364,19 @@ pub struct JournalCounts {
     /// Bytes of held segments given back to the file system around the kept values
     /// (`FsFile::punch_hole`; ADR 0013).
     pub bytes_punched: u64,
-    /// Run files written by apply steps (keyspaces indexed by runs; ADR 0014).
+    /// Run files written (keyspaces indexed by runs; ADR 0014): by apply steps and by
+    /// merges, a merge that a stop cancelled included (its file is deleted at once;
+    /// [`JournalCounts::run_merges`] counts only the merges listed).
     pub runs_written: u64,
     /// Their bytes.
     pub run_bytes_written: u64,
     /// `sync_data` calls on run files (one per run, by the checkpoint that lists it).
     pub run_sync_data_calls: u64,
-    /// Merges of runs (each writes one run from several; ADR 0014).
+    /// Merges of runs listed (each writes one run from several; ADR 0014).
     pub run_merges: u64,
+    /// Of those, the merges listed behind a run an apply step wrote while the merge was
+    /// being written (the merger thread; ADR 0014, "Merges on their own thread").
+    pub merges_behind_newer_runs: u64,
     /// Run files unlinked after a checkpoint no longer listed them.
     pub runs_deleted: u64,
     /// The index file's own I/O (redb's).
@@ -419,6 +437,7 @@ struct Counters {
     run_bytes_written: AtomicU64,
     run_sync_data_calls: AtomicU64,
     run_merges: AtomicU64,
+    merges_behind_newer_runs: AtomicU64,
     runs_deleted: AtomicU64,
 }
 
@@ -533,6 +552,9 @@ struct Writer {
     /// created segment, the file's length for one reopened. Decides early rolls only (a
     /// speed matter: recovery reads any segment the same way).
     prepared_end: u64,
+    /// Small synced units written in a row, this one counted once `append` has seen it
+    /// ([`SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL`]); a unit of at least the bound sets it to 0.
+    small_synced_streak: u32,
     next_seq: u64,
     written_through: u64,
     synced_through: u64,
@@ -860,6 +882,7 @@ impl JournalEngine {
                 segment,
                 offset,
                 prepared_end,
+                small_synced_streak: 0,
                 next_seq: written_through + 1,
                 written_through,
                 synced_through: written_through,
@@ -1071,6 +1094,7 @@ impl JournalEngine {
             run_bytes_written: get(&c.run_bytes_written),
             run_sync_data_calls: get(&c.run_sync_data_calls),
             run_merges: get(&c.run_merges),
+            merges_behind_newer_runs: get(&c.merges_behind_newer_runs),
             runs_deleted: get(&c.runs_deleted),
             index: self.handle.shared.index_counters.snapshot(),
         }
@@ -2013,19 +2037,25 @@ impl Shared {
         // sync (true either way; recovery only trusts it for units before this one).
         let synced_through = w.synced_through;
         // A consensus-sized synced unit: its sync is cheaper over prepared zeros.
-        let wants_prepared = self.options.prepare_segments
-            && synced
-            && len < self.options.prepared_units_below_bytes;
+        let small = len < self.options.prepared_units_below_bytes;
+        let wants_prepared = self.options.prepare_segments && synced && small;
+        if !small {
+            w.small_synced_streak = 0;
+        } else if synced {
+            w.small_synced_streak = w.small_synced_streak.saturating_add(1);
+        }
         let roll = match w.file {
             None => true,
             Some(_) if w.offset == 0 => false,
             Some(_) if w.offset + len > self.options.segment_bytes => true,
             // Early: the segment's prepared zeros end before this unit does (a segment a
-            // flush point created), and a spare is ready; never waited for, except inline,
-            // where the writer prepares every spare itself.
+            // flush point created), this unit ends a run of small synced ones, and a spare
+            // is ready; never waited for, except inline, where the writer prepares every
+            // spare itself.
             Some(_) => {
                 wants_prepared
                     && w.offset + len > w.prepared_end
+                    && w.small_synced_streak >= SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL
                     && (self.options.applier == Applier::Inline
                         || self.spare_ready.try_lock().is_ok_and(|ready| *ready))
             }
@@ -2713,6 +2743,14 @@ impl Shared {
             oldest,
             id,
         } = plan;
+        // A planted bug for `tests/loom_journal.rs`: the output's id taken when the write
+        // begins, not with the plan, so a run an apply step writes in between has a lower
+        // id than the output although its ops are newer.
+        #[cfg(loom_bug_merge_id_at_write)]
+        let id = {
+            let _ = id;
+            self.take_run_id()
+        };
         // Streamed: the inputs are read a block at a time, never whole.
         let mut merged = UntilStop {
             ops: MergedRuns::over(&inputs, &KeyRange::all(), Direction::Forward, !oldest),
@@ -2773,24 +2811,42 @@ impl Shared {
         // Runs written since the merge began are in front of its inputs, which are still
         // there, in order: only an install changes a list past its newest run, and one
         // merge is written at a time.
-        let newer = now
-            .iter()
-            .position(|r| Arc::ptr_eq(r, &inputs[0]))
-            .expect("invariant: a merge's inputs stay listed until it is installed");
-        assert!(
-            now.len() >= newer + inputs.len()
-                && now[newer..newer + inputs.len()]
-                    .iter()
-                    .zip(&inputs)
-                    .all(|(a, b)| Arc::ptr_eq(a, b)),
-            "invariant: a merge's inputs are listed together, as when it began"
-        );
-        assert!(
-            now[..newer].iter().all(|r| r.id() > out.id()),
-            "invariant: a run written during a merge has a higher id than its output"
-        );
+        let newer = now.iter().position(|r| Arc::ptr_eq(r, &inputs[0]));
+        let broken = match newer {
+            None => Some("a merge's inputs stay listed until it is installed"),
+            Some(newer)
+                if !(now.len() >= newer + inputs.len()
+                    && now[newer..newer + inputs.len()]
+                        .iter()
+                        .zip(&inputs)
+                        .all(|(a, b)| Arc::ptr_eq(a, b))) =>
+            {
+                Some("a merge's inputs are listed together, as when it began")
+            }
+            Some(newer) if !now[..newer].iter().all(|r| r.id() > out.id()) => {
+                Some("a run written during a merge has a higher id than its output")
+            }
+            Some(_) => None,
+        };
+        if let Some(invariant) = broken {
+            // The state lock is let go first: a panic holding it would poison the lock,
+            // and the close that follows (a drop) would panic again on it, aborting the
+            // process. Let go, the panic poisons the engine (the thread's catch), and the
+            // close reports it.
+            drop(st);
+            panic!("invariant: {invariant}");
+        }
+        let newer = newer.expect("invariant: checked above");
+        if newer > 0 {
+            bump(&self.counters.merges_behind_newer_runs, 1);
+        }
         let mut replaced = Vec::with_capacity(now.len() - inputs.len() + 1);
+        // A planted bug for `tests/loom_journal.rs`: the output listed in front of the runs
+        // written since the merge began, so its older ops shadow their newer ones.
+        #[cfg(loom_bug_merge_in_front)]
+        replaced.push(out.clone());
         replaced.extend(now[..newer].iter().cloned());
+        #[cfg(not(loom_bug_merge_in_front))]
         replaced.push(out.clone());
         replaced.extend(now[newer + inputs.len()..].iter().cloned());
         *now = Arc::new(replaced);
@@ -3599,6 +3655,12 @@ mod tests {
         assert!(
             ids.windows(2).all(|w| w[0] > w[1]),
             "newest first by id: {ids:?}"
+        );
+        let counts = bench.engine.counts();
+        assert_eq!(
+            (counts.run_merges, counts.merges_behind_newer_runs),
+            (1, 1),
+            "one merge, listed behind newer runs"
         );
         MergeBench::check(&*bench.db, 40, 6, "after the merge");
         bench.engine.checkpoint().expect("checkpoint");

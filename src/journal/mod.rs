@@ -33,7 +33,7 @@ pub use engine::{
     INDEX_FILE, JournalCounts, JournalDb, JournalEngine, JournalOptions, JournalUsage,
     KeyspaceIndex, KeyspaceOptions, KeyspaceUsage, OVERLAY_BYTES_MAX, PREPARED_UNITS_BELOW_BYTES,
     RUNS_DIR, SEGMENT_BYTES, SEPARATE_VALUES_FROM_BYTES, SEPARATE_VALUES_MIN_BYTES,
-    SPARE_SEGMENT_FILE, segment_file_name,
+    SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL, SPARE_SEGMENT_FILE, segment_file_name,
 };
 pub use run::RUN_BLOCK_BYTES;
 pub use unit::KEYSPACE_NAME_BYTES_MAX;
