@@ -211,6 +211,20 @@ fn a_large_unit_creates_its_segment_and_a_run_of_small_synced_ones_rolls_into_th
             );
             assert_eq!(syncs_since(&fs, at), vec![(SimOp::SyncData, seg(0))]);
             keys.push(key);
+            if i == 1 {
+                // A small buffered unit inside the run neither counts nor ends it.
+                let at = fs.stats().log.len();
+                blocks
+                    .write(&batch("buffered"), Durability::Buffered)
+                    .unwrap();
+                assert!(
+                    !ops_since(at)
+                        .iter()
+                        .any(|(op, _)| matches!(op, SimOp::Create | SimOp::Rename)),
+                    "{applier:?}: a small buffered unit appends"
+                );
+                keys.push("buffered".into());
+            }
         }
         let at = fs.stats().log.len();
         blocks.write(&batch("small"), Durability::Synced).unwrap();
@@ -255,9 +269,18 @@ fn a_large_unit_creates_its_segment_and_a_run_of_small_synced_ones_rolls_into_th
         // one small): none rolls, inline or not, spare or none.
         for i in 1..run {
             let key = format!("lone-{i}");
+            let at = fs.stats().log.len();
             blocks.write(&batch(&key), Durability::Synced).unwrap();
+            assert_eq!(
+                syncs_since(&fs, at),
+                vec![(SimOp::SyncData, seg(2))],
+                "{applier:?}: {key} appends"
+            );
             keys.push(key);
         }
+        // Without the large unit's reset of the run, the next small one would be the
+        // run's last: inline it would prepare a spare and roll (the background writer has
+        // none ready here, so only the inline applier can show it).
         blocks
             .write(&large("large4", 9 * 1024), Durability::Synced)
             .unwrap();
