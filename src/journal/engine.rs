@@ -3621,7 +3621,14 @@ mod tests {
             self.shared.plan_merge("app")
         }
 
-        fn install(&self, merge: WrittenMerge) {
+        /// Writes a planned merge (the engine not stopping) and installs it under the
+        /// apply lock, as the merger thread does.
+        fn write_and_install(&self, plan: MergePlan) {
+            let merge = self
+                .shared
+                .write_merge(plan)
+                .expect("write merge")
+                .expect("not stopping");
             let _apply = self.shared.apply.lock().unwrap();
             self.shared.install_merge(merge).expect("install merge");
         }
@@ -3702,12 +3709,7 @@ mod tests {
         for round in 4..7 {
             bench.write_round(40, round);
         }
-        let merge = bench
-            .shared
-            .write_merge(plan)
-            .expect("write merge")
-            .expect("not stopping");
-        bench.install(merge);
+        bench.write_and_install(plan);
         let ids: Vec<u64> = bench.shared.lock_state().runs["app"]
             .iter()
             .map(|r| r.id())
@@ -3815,12 +3817,7 @@ mod tests {
         }
         bench.engine.checkpoint().expect("checkpoint");
         let plan = bench.plan().expect("a merge is due");
-        let merge = bench
-            .shared
-            .write_merge(plan)
-            .expect("write merge")
-            .expect("not stopping");
-        bench.install(merge);
+        bench.write_and_install(plan);
         let fs = bench.fs.clone();
         // Closed first, then the power cut: every unsynced byte and directory entry
         // dropped.
