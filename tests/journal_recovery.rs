@@ -2,12 +2,14 @@
 //! here from `docs/FORMAT.md`, not from the crate: magic at 0, `body_len` u32 LE at 24, a
 //! unit is 32 + body_len + 4 bytes):
 //! * a torn tail (the last unit cut short) is truncated: the units before it stay, the torn
-//!   one is gone, and the journal writes on from there;
+//!   one is gone, and the journal writes on from there — also when it is the only unit;
 //! * a damaged unit with a valid unit after it in the last segment, written when the damaged
 //!   one was already durable, is refused with `Error::Corrupt` naming segment and offset;
 //! * a damaged unit that is not in the last segment is refused the same way;
 //! * a damaged unit followed by one written before it was durable (buffered units reordered
-//!   by the page cache) is a torn tail, not corruption.
+//!   by the page cache) is a torn tail, not corruption;
+//! * a missing segment with a later one present is refused naming it, and a first segment
+//!   zeroed whole is refused by the next unit's seq.
 //!
 //! Prepared segments (zeros written ahead, ADR 0008): the tests above run on unprepared
 //! segments, whose length is their units'; on prepared ones
@@ -75,6 +77,19 @@ fn cut(fs: &SimFs, engine: JournalEngine, files: FileFate) -> SimFs {
     let image = fs.crash_image(DirFate::KeepAll, files);
     drop(engine);
     image
+}
+
+/// A crash image of a journal of 100-byte segments holding units "a", "b" and "c", each
+/// (~90 bytes) in its own segment, 0 to 2, all synced and none checkpointed.
+fn three_segments() -> SimFs {
+    let fs = SimFs::new();
+    let engine = open(&fs, 100).unwrap();
+    for k in ["a", "b", "c"] {
+        put(&engine, k, Durability::Synced);
+    }
+    let fs = cut(&fs, engine, FileFate::DropAll);
+    assert!(fs.read(&seg(2)).is_some(), "three segments");
+    fs
 }
 
 fn seg(index: u64) -> PathBuf {
@@ -154,6 +169,30 @@ fn torn_tail_is_truncated_and_the_journal_writes_on() {
     assert!(has(&engine, "a") && has(&engine, "b") && has(&engine, "d") && !has(&engine, "c"));
 }
 
+/// The torn tail can be the journal's only unit, at offset 0 of its only segment, with no
+/// unit before it to say what was durable: it is truncated like any torn tail (nothing was
+/// applied, so nothing durable is lost), and the journal writes on from offset 0.
+#[test]
+fn a_torn_first_unit_is_truncated_to_an_empty_segment() {
+    let fs = SimFs::new();
+    let engine = open(&fs, 1 << 20).unwrap();
+    put(&engine, "a", Durability::Synced);
+    let fs = cut(&fs, engine, FileFate::DropAll);
+    let len = fs.read(&seg(0)).unwrap().len();
+    let f = fs.open_file(&seg(0), OpenMode::Existing).unwrap();
+    f.set_len(len as u64 - 5).unwrap();
+    f.sync_data().unwrap();
+    drop(f);
+
+    let engine = open(&fs, 1 << 20).unwrap();
+    assert!(!has(&engine, "a"), "the torn unit is discarded");
+    assert_eq!(fs.read(&seg(0)).unwrap().len(), 0, "truncated at offset 0");
+    put(&engine, "b", Durability::Synced);
+    drop(engine);
+    let engine = open(&fs, 1 << 20).unwrap();
+    assert!(has(&engine, "b") && !has(&engine, "a"));
+}
+
 #[test]
 fn damaged_unit_before_a_later_valid_unit_is_refused_naming_segment_and_offset() {
     let fs = SimFs::new();
@@ -187,18 +226,58 @@ fn damaged_unit_before_a_later_valid_unit_is_refused_naming_segment_and_offset()
 
 #[test]
 fn damaged_unit_in_an_earlier_segment_is_refused() {
-    let fs = SimFs::new();
-    // 100-byte segments: each unit (~90 bytes) gets its own segment.
-    let engine = open(&fs, 100).unwrap();
-    for k in ["a", "b", "c"] {
-        put(&engine, k, Durability::Synced);
-    }
-    let fs = cut(&fs, engine, FileFate::DropAll);
-    assert!(fs.read(&seg(2)).is_some(), "three segments");
+    let fs = three_segments();
     // The header crc of segment 1's only unit.
     flip_byte(&fs, &seg(1), 28);
     let err = open(&fs, 100).unwrap_err();
     assert_corrupt_at(err, &seg(1), 0);
+}
+
+/// A segment is created only after the one before it is durable, so no power cut leaves a
+/// segment past a missing one: a missing segment — the first live one or any later — with
+/// another after it is refused naming the missing one, and the segments past it are left as
+/// they were. Read up to the gap instead, the units past it would be lost and their
+/// segments written over.
+#[test]
+fn a_missing_segment_with_a_later_one_is_refused_naming_it() {
+    for missing in [0, 1] {
+        let fs = three_segments();
+        fs.remove_file(&seg(missing)).unwrap();
+        let later = fs.read(&seg(2)).unwrap();
+        let err = open(&fs, 100).unwrap_err();
+        let msg = err.to_string();
+        assert_corrupt_at(err, &seg(missing), 0);
+        assert!(msg.contains("segment missing"), "segment {missing}: {msg}");
+        assert_eq!(
+            fs.read(&seg(2)),
+            Some(later),
+            "segment {missing}: the segment past the gap is left as it was"
+        );
+    }
+    // The last segment missing leaves no gap: the units before it are kept (a crash can lose
+    // a segment's name before its directory sync, with none of its units acknowledged).
+    let fs = three_segments();
+    fs.remove_file(&seg(2)).unwrap();
+    let engine = open(&fs, 100).unwrap();
+    assert!(has(&engine, "a") && has(&engine, "b") && !has(&engine, "c"));
+}
+
+/// An earlier segment that reads as zeros is complete (a prepared segment's unused space),
+/// so a first live segment zeroed whole reads as holding no unit: the first unit recovery
+/// then finds is not the one after the checkpoint, and the open is refused naming where it
+/// is — not a journal started past the lost units.
+#[test]
+fn a_zeroed_first_segment_is_refused_by_the_next_units_seq() {
+    let fs = three_segments();
+    let len = fs.read(&seg(0)).unwrap().len();
+    let f = fs.open_file(&seg(0), OpenMode::Existing).unwrap();
+    f.write_at(0, &vec![0u8; len]).unwrap();
+    f.sync_data().unwrap();
+    drop(f);
+    let err = open(&fs, 100).unwrap_err();
+    let msg = err.to_string();
+    assert_corrupt_at(err, &seg(1), 0);
+    assert!(msg.contains("units missing after the checkpoint"), "{msg}");
 }
 
 #[test]

@@ -42,6 +42,19 @@ fn roll_syncs(segment: &Path) -> Vec<(SimOp, PathBuf)> {
     ]
 }
 
+/// Segment 0 was made since log entry `at`: from the spare (renamed) when `prepared`,
+/// else created.
+fn assert_first_segment(fs: &SimFs, at: usize, prepared: bool, what: &str) {
+    let seg0 = Path::new(DIR).join(segment_file_name(0));
+    let expected = if prepared {
+        SimOp::Rename
+    } else {
+        SimOp::Create
+    };
+    let ops = &fs.stats().log[at..];
+    assert!(ops.contains(&(expected, seg0)), "{what}: {ops:?}");
+}
+
 fn batch(key: &str) -> Batch {
     let mut b = Batch::new();
     b.put(Bytes::from(key.to_string()), Bytes::from(vec![1u8; 100]));
@@ -368,16 +381,44 @@ fn a_unit_of_exactly_the_bound_is_not_prepared() {
             .write(&batch("k"), Durability::Synced)
             .unwrap();
         assert_eq!(engine.counts().journal_bytes_written, unit_len);
-        let seg0 = Path::new(DIR).join(segment_file_name(0));
-        let expected = if prepared {
-            SimOp::Rename
-        } else {
-            SimOp::Create
-        };
-        assert!(
-            fs.stats().log[at..].contains(&(expected, seg0)),
-            "bound {bound}, unit {unit_len}: {:?}",
-            &fs.stats().log[at..]
+        assert_first_segment(
+            &fs,
+            at,
+            prepared,
+            &format!("bound {bound}, unit {unit_len}"),
         );
+    }
+}
+
+/// The default bound sits where its rustdoc puts it: a consensus block's unit (~10–20 KB)
+/// is a small one and takes the spare on the first roll; a heavy block's `save_block` unit
+/// (~0.9 MB) is a large one and creates its segment. With the default options, only the
+/// segment size shrunk so that both fit one segment.
+#[test]
+fn the_default_bound_prepares_a_consensus_blocks_unit_and_not_a_heavy_save() {
+    assert_eq!(
+        JournalOptions::default().prepared_units_below_bytes,
+        flushpoint::PREPARED_UNITS_BELOW_BYTES
+    );
+    for (value_bytes, prepared) in [(20 * 1000, true), (900 * 1000, false)] {
+        let fs = SimFs::new();
+        let options = JournalOptions {
+            applier: Applier::Inline,
+            segment_bytes: 2 * 1024 * 1024,
+            ..JournalOptions::default()
+        };
+        let engine = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options).unwrap();
+        let mut b = Batch::new();
+        b.put(
+            Bytes::from_static(b"block"),
+            Bytes::from(vec![3u8; value_bytes]),
+        );
+        let at = fs.stats().log.len();
+        engine
+            .keyspace("blocks")
+            .unwrap()
+            .write(&b, Durability::Synced)
+            .unwrap();
+        assert_first_segment(&fs, at, prepared, &format!("a {value_bytes}-byte unit"));
     }
 }

@@ -1744,16 +1744,21 @@ fn scan(
         indexes.push(at);
         at += 1;
     }
-    if indexes.is_empty() {
-        // The first live segment is missing: a later one must not exist either.
-        let next = dir.join(segment_file_name(first_segment + 1));
-        if fs.exists(&next).map_err(io_err("stat file", &next))? {
-            return Err(corrupt(
-                &dir.join(segment_file_name(first_segment)),
-                0,
-                CorruptReason::Invalid("segment missing"),
-            ));
-        }
+    // `at` is the first live segment missing. A segment is created only once the one
+    // before it is durable (ADR 0008), so no crash leaves one past a missing one: any is
+    // a lost segment, refused naming it, rather than a journal read up to the gap and
+    // written over past it.
+    let names = fs.list_dir(dir).map_err(io_err("list directory", dir))?;
+    if names
+        .iter()
+        .filter_map(|n| parse_segment_file_name(n))
+        .any(|index| index > at)
+    {
+        return Err(corrupt(
+            &dir.join(segment_file_name(at)),
+            0,
+            CorruptReason::Invalid("segment missing"),
+        ));
     }
     let mut out = Scan {
         replay: Vec::new(),
@@ -3662,6 +3667,47 @@ mod tests {
     /// The install's invariants, each fed a list that breaks it: the check must be able to
     /// refuse (the loom model's planted `loom_bug_merge_id_at_write` is caught by the
     /// third).
+    /// The names the engine gives its segments and runs parse back to their numbers; any
+    /// other name — a digit short or over, a non-digit, another suffix — names none of
+    /// them, so recovery neither reads nor deletes a file it did not write (an open deletes
+    /// the runs and old segments it does not list).
+    #[test]
+    fn only_the_engines_own_file_names_parse_as_segments_and_runs() {
+        use std::ffi::OsStr;
+        for n in [0, 7, u64::MAX] {
+            assert_eq!(
+                parse_segment_file_name(OsStr::new(&segment_file_name(n))),
+                Some(n)
+            );
+            assert_eq!(parse_run_file_name(OsStr::new(&run_file_name(n))), Some(n));
+        }
+        for (stem, why) in [
+            ("7", "one digit"),
+            ("0000000000000000007", "19 digits"),
+            ("000000000000000000007", "21 digits"),
+            ("0000000000000000000x", "20 characters, not all digits"),
+            ("0000000000000000000 ", "20 characters, a space"),
+            ("99999999999999999999", "20 digits past u64::MAX"),
+        ] {
+            let seg = format!("{stem}.seg");
+            let run = format!("{stem}.run");
+            assert_eq!(parse_segment_file_name(OsStr::new(&seg)), None, "{why}");
+            assert_eq!(parse_run_file_name(OsStr::new(&run)), None, "{why}");
+        }
+        let name = segment_file_name(3);
+        assert_eq!(
+            parse_run_file_name(OsStr::new(&name)),
+            None,
+            "a segment is no run"
+        );
+        let name = run_file_name(3);
+        assert_eq!(
+            parse_segment_file_name(OsStr::new(&name)),
+            None,
+            "a run is no segment"
+        );
+    }
+
     #[test]
     fn a_merge_position_is_refused_for_each_broken_invariant() {
         let bench = MergeBench::new();
@@ -3691,9 +3737,14 @@ mod tests {
         );
         let swapped = [list[3].clone(), list[2].clone()];
         assert!(merge_position(Some(&list), &swapped, above).is_err());
-        // A run in front with a lower id than the output.
+        // A run in front with a lower id than the output, or the same one (ids are never
+        // reused: the same id is as broken as a lower one).
         assert_eq!(
             merge_position(Some(&list), &list[2..], above),
+            Err("a run written during a merge has a higher id than its output")
+        );
+        assert_eq!(
+            merge_position(Some(&list), &list[2..], ids[1]),
             Err("a run written during a merge has a higher id than its output")
         );
     }

@@ -21,6 +21,7 @@
 
 mod deferred;
 mod events;
+mod flush_thread;
 pub mod handshake;
 
 pub use deferred::{
@@ -31,7 +32,6 @@ pub use events::{Event, EventKind, EventSink, NoEvents};
 pub use handshake::{HandshakeCase, Observed, classify};
 
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -125,8 +125,10 @@ pub struct Node<C: Chain> {
     poison: crate::poison::Poison,
     /// The app's held store when background flush points are on (see `start_block_sync`).
     app_store: Option<Arc<dyn HeldStore>>,
-    /// The window a flush thread is writing (background flush points only).
+    /// The window the flush thread is writing (background flush points only).
     in_flight: Option<InFlight>,
+    /// The thread that writes frozen windows, started at the first background flush point.
+    flush_thread: flush_thread::FlushThread,
     /// The home the node owns (see [`Node::open_home`]), dropped after the databases above.
     home: Option<Home>,
     /// Set when the block store's and the state's databases are members of one unit group
@@ -189,7 +191,7 @@ struct InFlight {
     /// The window's events, fired once the thread returned `Ok`.
     events: Vec<Vec<Event>>,
     started: Instant,
-    handle: JoinHandle<Result<u64>>,
+    handle: flush_thread::FlushTicket,
 }
 /// Both flush points' blocks as one report: `Some` means blocks `from + 1..=to` became
 /// durable during the call that returns it.
@@ -363,6 +365,7 @@ impl<C: Chain> Node<C> {
             poison: crate::poison::Poison::default(),
             app_store: None,
             in_flight: None,
+            flush_thread: Default::default(),
             home: None,
             unit,
         };
@@ -915,10 +918,13 @@ impl<C: Chain> Node<C> {
     /// does): fires its events in block order and advances the durable height. A failed
     /// window poisons the node and fires nothing.
     fn finish_in_flight(&mut self, wait: bool) -> Result<Option<FlushReport>> {
-        match &self.in_flight {
+        match &mut self.in_flight {
             None => return Ok(None),
-            Some(f) if !wait && !f.handle.is_finished() => return Ok(None),
-            Some(_) => {}
+            Some(f) => {
+                if !wait && !f.handle.is_finished() {
+                    return Ok(None);
+                }
+            }
         }
         let f = self.in_flight.take().expect("checked above");
         let wait_start = Instant::now();
@@ -1004,36 +1010,33 @@ impl<C: Chain> Node<C> {
                 app_member,
             )
         });
-        let handle = std::thread::Builder::new()
-            .name("flushpoint-flush".into())
-            .spawn(move || -> Result<u64> {
-                if let Some((group, block_name, state_name, app_name)) = unit {
-                    // Crash: as `write_flush_point` with a group: one unit, then the app
-                    // alone when it is not a member.
-                    let mut stores: Vec<(&str, &dyn HeldStore)> =
-                        vec![(&block_name, &*block_db), (&state_name, &*state_db)];
-                    if let Some(name) = &app_name {
-                        stores.push((name, &*app_store));
-                    }
-                    let mut bytes = write_unit(&*group, &stores)?;
-                    if app_name.is_none() {
-                        bytes += app_store.write_frozen()?.bytes;
-                    }
-                    // The window is durable; it stays in flight until the group has applied
-                    // it too (its writes leave the group's memory), so the next window
-                    // freezes only then: two windows in memory at most (ADR 0015).
-                    group.wait_applied()?;
-                    return Ok(bytes);
+        let handle = self.flush_thread.submit(Box::new(move || -> Result<u64> {
+            if let Some((group, block_name, state_name, app_name)) = unit {
+                // Crash: as `write_flush_point` with a group: one unit, then the app
+                // alone when it is not a member.
+                let mut stores: Vec<(&str, &dyn HeldStore)> =
+                    vec![(&block_name, &*block_db), (&state_name, &*state_db)];
+                if let Some(name) = &app_name {
+                    stores.push((name, &*app_store));
                 }
-                // Crash: the same three steps as `write_flush_point`, in the same order —
-                // block store (with the flush record), then state, then app; a cut between
-                // them leaves the shapes of ADR 0002's crash table.
-                let mut bytes = block_db.write_frozen()?.bytes;
-                bytes += state_db.write_frozen()?.bytes;
-                bytes += app_store.write_frozen()?.bytes;
-                Ok(bytes)
-            })
-            .map_err(|e| Error::storage("node", "spawn the flush thread", e))?;
+                let mut bytes = write_unit(&*group, &stores)?;
+                if app_name.is_none() {
+                    bytes += app_store.write_frozen()?.bytes;
+                }
+                // The window is durable; it stays in flight until the group has applied
+                // it too (its writes leave the group's memory), so the next window
+                // freezes only then: two windows in memory at most (ADR 0015).
+                group.wait_applied()?;
+                return Ok(bytes);
+            }
+            // Crash: the same three steps as `write_flush_point`, in the same order —
+            // block store (with the flush record), then state, then app; a cut between
+            // them leaves the shapes of ADR 0002's crash table.
+            let mut bytes = block_db.write_frozen()?.bytes;
+            bytes += state_db.write_frozen()?.bytes;
+            bytes += app_store.write_frozen()?.bytes;
+            Ok(bytes)
+        }))?;
         tracing::debug!(
             target: "flushpoint::flush",
             from,
