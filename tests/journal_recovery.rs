@@ -473,3 +473,50 @@ fn a_unit_written_in_several_chunks_recovers_whole_or_is_torn_off() {
     assert!(torn_off >= 1, "no cut took the second unit off");
     drop(engine);
 }
+
+/// A checkpoint trims exactly the segments wholly applied, at the boundary too: a segment
+/// whose last unit is the last one applied goes, while the next segment's first unit is not
+/// yet durable. What is past the checkpoint then recovers after a cut. Found by mutation
+/// testing: the boundary's `>` as `>=` (and `next_first_seq - 1` as `+ 1` or `/ 1`) kept
+/// that segment a checkpoint longer, and no test saw it.
+#[test]
+fn a_checkpoint_at_a_segment_boundary_trims_the_segment_wholly_applied() {
+    let fs = SimFs::new();
+    let options = JournalOptions {
+        // Every step that applies something checkpoints.
+        checkpoint_bytes: 1,
+        ..options(100)
+    };
+    let engine = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options).unwrap();
+    let before = engine.counts();
+    // ~90-byte units, one per 100-byte segment. "a" goes to segment 0, buffered; "b",
+    // buffered, rolls: the roll syncs segment 0, so "a" is durable and applied, and its
+    // step's checkpoint sees segment 1 begin with "b", not durable, not applied.
+    put(&engine, "a", Durability::Buffered);
+    assert_eq!(
+        engine.counts().checkpoints,
+        before.checkpoints,
+        "nothing durable yet"
+    );
+    put(&engine, "b", Durability::Buffered);
+    let c = engine.counts();
+    assert!(fs.read(&seg(1)).is_some(), "\"b\" rolled to segment 1");
+    assert_eq!(c.checkpoints - before.checkpoints, 1, "{c:?}");
+    assert_eq!(
+        c.segments_deleted, 1,
+        "segment 0 wholly applied: trimmed; {c:?}"
+    );
+    assert!(fs.read(&seg(0)).is_none(), "segment 0 deleted");
+    // "c", synced, rolls to segment 2 and makes "b" durable too: both applied, segment 1
+    // trimmed in its turn.
+    put(&engine, "c", Durability::Synced);
+    let c = engine.counts();
+    assert_eq!(c.segments_deleted, 2, "segment 1 trimmed too; {c:?}");
+    assert!(fs.read(&seg(1)).is_none(), "segment 1 deleted");
+    // After a cut all three are there.
+    let image = cut(&fs, engine, FileFate::DropAll);
+    let engine = open(&image, 100).unwrap();
+    for k in ["a", "b", "c"] {
+        assert!(has(&engine, k), "{k} after the cut");
+    }
+}

@@ -181,6 +181,47 @@ fn writes_go_to_runs_and_read_back_from_the_overlay_the_runs_and_after_a_reopen(
     assert_eq!(engine.counts().runs_written, 0, "nothing to replay");
 }
 
+/// A checkpoint with nothing applied or listed since the last one commits nothing and
+/// syncs nothing: not the index, and not a run the last one made durable (each run is
+/// synced once, by the checkpoint that first lists it). Found by mutation testing: a
+/// checkpoint that never forgot its synced runs re-synced them, and re-committed, at every
+/// later checkpoint — on an idle background engine, once per interval, forever.
+#[test]
+fn a_checkpoint_with_nothing_new_since_the_last_commits_and_syncs_nothing() {
+    let fs = SimFs::new();
+    let engine = open(&fs).expect("open");
+    let db = app(&engine);
+    let plain = engine.keyspace("plain").expect("plain keyspace");
+    write_round(&*db, 40, 0);
+    write_round(&*plain, 40, 0);
+    engine.checkpoint().expect("checkpoint");
+    let first = engine.counts();
+    let ops = fs.stats().log.len();
+    engine.checkpoint().expect("a second checkpoint");
+    let second = engine.counts();
+    assert_eq!(
+        second.checkpoints, first.checkpoints,
+        "no new durable commit"
+    );
+    assert_eq!(
+        second.run_sync_data_calls, first.run_sync_data_calls,
+        "no run synced again"
+    );
+    let log = fs.stats().log;
+    assert_eq!(log.len(), ops, "no file operation: {:?}", &log[ops..]);
+    // A new step's run, smaller than the one below it (not merged into it), is synced once,
+    // by the next checkpoint; the older run is not synced again.
+    write_round(&*db, 8, 1);
+    engine.checkpoint().expect("checkpoint");
+    let third = engine.counts();
+    assert_eq!(
+        third.run_merges, second.run_merges,
+        "the small run stays apart"
+    );
+    assert_eq!(third.run_sync_data_calls - second.run_sync_data_calls, 1);
+    assert_eq!(third.checkpoints - second.checkpoints, 1);
+}
+
 /// Under the background applier, merges run on their own thread beside the apply steps
 /// (ADR 0014, "Merges on their own thread"): many rounds, each read back against the model
 /// as it lands, then read whole, checkpointed, and reopened (recovery orders the runs by id,
@@ -292,14 +333,24 @@ fn assert_refused_naming(result: flushpoint::Result<JournalEngine>, run: &str) {
     }
 }
 
-/// A file system that fails with EIO the opening of one path, and is `inner` otherwise.
+/// A file system that is `inner` but for one path: opening it fails with EIO
+/// ([`Failing::Open`]), or removing it removes it and then reports it gone, as when another
+/// hand deleted it first ([`Failing::RemoveGone`]).
 #[derive(Debug)]
-struct EioOpening {
+struct FailingAt {
     inner: SimFs,
     path: std::path::PathBuf,
+    failing: Failing,
 }
 
-impl FileSystem for EioOpening {
+/// What [`FailingAt`] does at its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failing {
+    Open,
+    RemoveGone,
+}
+
+impl FileSystem for FailingAt {
     fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
         self.inner.create_dir_all(dir)
     }
@@ -308,7 +359,7 @@ impl FileSystem for EioOpening {
         path: &Path,
         mode: OpenMode,
     ) -> std::io::Result<Box<dyn flushpoint::FsFile>> {
-        if path == self.path {
+        if path == self.path && self.failing == Failing::Open {
             return Err(std::io::Error::from_raw_os_error(libc::EIO));
         }
         self.inner.open_file(path, mode)
@@ -320,6 +371,10 @@ impl FileSystem for EioOpening {
         self.inner.rename(from, to)
     }
     fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        if path == self.path && self.failing == Failing::RemoveGone {
+            self.inner.remove_file(path)?;
+            return Err(std::io::ErrorKind::NotFound.into());
+        }
         self.inner.remove_file(path)
     }
     fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
@@ -333,15 +388,92 @@ impl FileSystem for EioOpening {
     }
 }
 
+/// A doomed run found already gone when its checkpoint unlinks it (deleted by another
+/// hand, or by an unlink that returned an error after it took effect) is not an error: the
+/// checkpoint is durable, the other inputs are unlinked, and the engine goes on. Found by
+/// mutation testing: the `NotFound` arm treated as a failure passed every journal test.
+#[test]
+fn a_doomed_run_already_gone_is_not_an_error() {
+    let fs = SimFs::new();
+    let first_run = Path::new(DIR)
+        .join(RUNS_DIR)
+        .join(APP)
+        .join(format!("{:020}.run", 0));
+    let faulty = FailingAt {
+        inner: fs.clone(),
+        path: first_run.clone(),
+        failing: Failing::RemoveGone,
+    };
+    let engine = JournalEngine::open(Arc::new(faulty), Path::new(DIR), options()).expect("open");
+    let db = app(&engine);
+    // As in `writes_go_to_runs_...`: four rounds, three merges, run 6 the one left.
+    for round in 0..4 {
+        write_round(&*db, 40, round);
+    }
+    assert_eq!(engine.counts().run_merges, 3);
+    engine
+        .checkpoint()
+        .expect("a gone doomed run fails no checkpoint");
+    assert_eq!(
+        engine.counts().runs_deleted,
+        5,
+        "the other five inputs unlinked, the gone one not counted"
+    );
+    assert_eq!(runs_on_disk(&fs), [format!("{:020}.run", 6)]);
+    write_round(&*db, 40, 4);
+    engine.checkpoint().expect("the engine goes on");
+    assert_eq!(all(&*db), model(40, 4));
+}
+
+/// The same for a trimmed segment found already gone: the checkpoint stands, the other
+/// segments below it are deleted, and the engine goes on (the `NotFound` arm of
+/// `unlink_doomed`, also found by mutation testing).
+#[test]
+fn a_trimmed_segment_already_gone_is_not_an_error() {
+    let fs = SimFs::new();
+    let faulty = FailingAt {
+        inner: fs.clone(),
+        path: Path::new(DIR).join(flushpoint::segment_file_name(0)),
+        failing: Failing::RemoveGone,
+    };
+    let options = JournalOptions {
+        segment_bytes: 4096,
+        prepare_segments: false,
+        ..options()
+    };
+    let engine = JournalEngine::open(Arc::new(faulty), Path::new(DIR), options).expect("open");
+    let db = engine.keyspace("plain").expect("keyspace");
+    // ~1.4 KB units in 4 KiB segments: segment 0 full, segment 1 active.
+    for round in 0..4 {
+        write_round(&*db, 40, round);
+    }
+    engine
+        .checkpoint()
+        .expect("a gone trimmed segment fails no checkpoint");
+    let segments = fs
+        .list(Path::new(DIR))
+        .into_iter()
+        .filter(|n| n.ends_with(".seg"))
+        .count();
+    assert_eq!(segments, 1, "only the active segment is left");
+    let c = engine.counts();
+    assert_eq!(c.checkpoints, 1, "{c:?}");
+    assert_eq!(c.segments_deleted, 0, "the gone one is not counted: {c:?}");
+    write_round(&*db, 40, 4);
+    engine.checkpoint().expect("the engine goes on");
+    assert_eq!(all(&*db), model(40, 4));
+}
+
 /// A listed run that cannot be opened for another reason than its absence is an I/O
 /// error naming its file, not "missing" corruption: the operator's fix differs (the disk,
 /// not the home), and nothing is deleted.
 #[test]
 fn an_io_error_opening_a_listed_run_is_an_io_error_naming_it_not_corruption() {
     let (fs, paths) = checkpointed_runs();
-    let faulty = EioOpening {
+    let faulty = FailingAt {
         inner: fs.clone(),
         path: paths[0].clone(),
+        failing: Failing::Open,
     };
     let Err(err) = JournalEngine::open(Arc::new(faulty), Path::new(DIR), options()) else {
         panic!("the open fails");

@@ -422,3 +422,84 @@ fn the_default_bound_prepares_a_consensus_blocks_unit_and_not_a_heavy_save() {
         assert_first_segment(&fs, at, prepared, &format!("a {value_bytes}-byte unit"));
     }
 }
+
+/// Waits until the background applier has made `n` apply steps, failing after 10 s.
+fn wait_for_apply_steps(engine: &JournalEngine, n: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while engine.counts().apply_steps < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the applier did not apply: {:?}",
+            engine.counts()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A checkpoint (the index's durable commit) comes when its bytes are due, or with the
+/// background applier when its interval is, or when forced; never otherwise: not after
+/// every background step, and not by time inline (an inline engine checkpoints on its
+/// caller's thread, by bytes or when asked). Found by mutation testing: each rule's
+/// condition inverted passed every journal test.
+#[test]
+fn a_checkpoint_comes_by_bytes_by_interval_in_the_background_or_when_asked() {
+    let write_units = |engine: &JournalEngine, n: usize| {
+        let db = engine.keyspace("ks").unwrap();
+        for i in 0..n {
+            db.write(&batch(&format!("k{i}")), Durability::Synced)
+                .unwrap();
+        }
+    };
+    let open = |applier, checkpoint_interval| {
+        let fs = SimFs::new();
+        let options = JournalOptions {
+            applier,
+            checkpoint_interval,
+            checkpoint_bytes: 1 << 30,
+            ..JournalOptions::default()
+        };
+        JournalEngine::open(Arc::new(fs), Path::new(DIR), options).unwrap()
+    };
+
+    // Background, an hour's interval: steps apply, nothing is checkpointed.
+    let engine = open(Applier::Background, Duration::from_secs(3600));
+    let before = engine.counts().checkpoints;
+    write_units(&engine, 5);
+    wait_for_apply_steps(&engine, 1);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        engine.counts().checkpoints,
+        before,
+        "a background step checkpointed before its interval"
+    );
+    // Asked: one checkpoint.
+    engine.checkpoint().unwrap();
+    assert_eq!(engine.counts().checkpoints, before + 1);
+    drop(engine);
+
+    // Inline, a zero interval: time never makes an inline checkpoint due.
+    let engine = open(Applier::Inline, Duration::ZERO);
+    let before = engine.counts().checkpoints;
+    write_units(&engine, 5);
+    let counts = engine.counts();
+    assert_eq!(counts.apply_steps, 5, "inline: a step per synced unit");
+    assert_eq!(
+        counts.checkpoints, before,
+        "an inline step checkpointed by time"
+    );
+    drop(engine);
+
+    // Background, a zero interval: the positive control, a checkpoint after the steps.
+    let engine = open(Applier::Background, Duration::ZERO);
+    let before = engine.counts().checkpoints;
+    write_units(&engine, 1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while engine.counts().checkpoints == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint by interval: {:?}",
+            engine.counts()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

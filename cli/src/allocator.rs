@@ -1,6 +1,6 @@
 //! The allocator of the `flushpoint` tool and of the `compare` bench (which includes this
 //! file, so that both run every engine on the same allocator): mimalloc, told to keep the
-//! memory it frees.
+//! small pages it frees and to take large objects from the OS and give them back at once.
 //!
 //! Why mimalloc: the journal engine frees on its applier thread the keys and values the block
 //! loop allocated (a window's writes, once applied). glibc's `free` of another thread's block
@@ -13,6 +13,14 @@
 //! next window: 77k–94k page faults and ~10 % of the block loop's CPU (`clear_page_erms`) in
 //! an 8 s journal sync, against ~1.1k faults with purging off (PERFORMANCE.md, "Freed memory
 //! kept"). Peak RSS moved little in those runs: 1,001–1,083 MiB purging, 1,084–1,094 kept.
+//!
+//! Why large objects from the OS: a window's large buffers (its 1 MiB chunks, its entry
+//! table and key order, a unit's op vector: 1–14 MiB each, sized by the window) change size
+//! from one window to the next. Kept in mimalloc's arena, with nothing ever purged, a freed
+//! span that the next, larger buffer does not fit stays committed beside the small pages
+//! around it, and the arena grows all run long: peak RSS 452–491 MiB at 300k light blocks
+//! while the live heap peaks at 272–320 MiB. Mapped and unmapped per object, they leave
+//! RSS when freed (PERFORMANCE.md, "Large objects from the OS").
 
 /// mimalloc's `mi_option_purge_delay` (the position in its `mi_option_e`, the same in its v2
 /// and v3 headers; the test below checks that it reads as mimalloc's default).
@@ -32,19 +40,77 @@ pub const PURGE_DELAY_ENV: &str = "MIMALLOC_PURGE_DELAY";
 /// The global allocator: mimalloc.
 pub type Global = mimalloc::MiMalloc;
 
+/// mimalloc's `mi_option_arena_max_object_size`: objects above it (KiB) are mapped from the
+/// OS and unmapped when freed (v3 only; the test below checks that it reads as v3's
+/// default).
+const MI_OPTION_ARENA_MAX_OBJECT_SIZE: libmimalloc_sys::mi_option_t = 45;
+
+/// mimalloc v3's default for it, in KiB: 2 GiB (`MI_DEFAULT_ARENA_MAX_OBJECT_SIZE` in its
+/// `src/options.c`), so that every object of a 64-bit process is in an arena.
+const MI_DEFAULT_ARENA_MAX_OBJECT_KIB: std::ffi::c_long = 2 * 1024 * 1024;
+
+/// The largest object kept in mimalloc's arena, in KiB; larger ones are mapped from the OS.
+/// Why 2 MiB: the window's buffers that change size with it are 2–14 MiB; mapped per object
+/// they took peak RSS at 300k light blocks from 473 to 411 MiB at the same speed (medians of
+/// 4 interleaved rounds). Below it are the window's 1 MiB chunks, a few hundred a second:
+/// mapping those too (a 256 or 64 KiB bound) gave 380 MiB but 7–12 % more time.
+pub const ARENA_MAX_OBJECT_KIB: std::ffi::c_long = 2 * 1024;
+
+/// The environment variable by which mimalloc takes the largest arena object: when it is
+/// set, the operator's value stands. (mimalloc reads a bare number there as bytes: write
+/// `2M` or `2048K`.)
+pub const ARENA_MAX_OBJECT_ENV: &str = "MIMALLOC_ARENA_MAX_OBJECT_SIZE";
+
+/// Sets mimalloc's options for this program: freed pages kept ([`keep_freed_memory`]) and
+/// large objects from the OS ([`map_large_objects`]). Call it first thing in `main`, before
+/// other threads start.
+pub fn configure() {
+    keep_freed_memory();
+    map_large_objects();
+}
+
 /// Tells mimalloc to keep the pages it frees, unless the operator set [`PURGE_DELAY_ENV`] or
 /// the option does not read as mimalloc's default (a mimalloc that numbers its options
-/// differently is left as it is). Call it first thing in `main`, before other threads start.
-pub fn keep_freed_memory() {
-    if std::env::var_os(PURGE_DELAY_ENV).is_some() {
+/// differently is left as it is).
+fn keep_freed_memory() {
+    set_unless_operator_or_unknown(
+        PURGE_DELAY_ENV,
+        MI_OPTION_PURGE_DELAY,
+        MI_DEFAULT_PURGE_DELAY_MS,
+        NEVER_PURGE,
+    );
+}
+
+/// Tells mimalloc to map objects above [`ARENA_MAX_OBJECT_KIB`] from the OS, unless the
+/// operator set [`ARENA_MAX_OBJECT_ENV`] or the option does not read as mimalloc v3's
+/// default (v2 has no such option; its number 45 is out of v2's range and reads 0).
+fn map_large_objects() {
+    set_unless_operator_or_unknown(
+        ARENA_MAX_OBJECT_ENV,
+        MI_OPTION_ARENA_MAX_OBJECT_SIZE,
+        MI_DEFAULT_ARENA_MAX_OBJECT_KIB,
+        ARENA_MAX_OBJECT_KIB,
+    );
+}
+
+/// Sets `option` to `value` when the operator did not set `env` and the option reads as
+/// `default` (so a wrong option number changes nothing).
+fn set_unless_operator_or_unknown(
+    env: &str,
+    option: libmimalloc_sys::mi_option_t,
+    default: std::ffi::c_long,
+    value: std::ffi::c_long,
+) {
+    if std::env::var_os(env).is_some() {
         return;
     }
     // SAFETY: `mi_option_get` and `mi_option_set` read and write one of mimalloc's option
-    // slots; they take no pointers and are called before the program starts other threads.
+    // slots (an out-of-range number is checked and ignored by mimalloc); they take no
+    // pointers and are called before the program starts other threads.
     #[allow(unsafe_code)]
     unsafe {
-        if libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) == MI_DEFAULT_PURGE_DELAY_MS {
-            libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, NEVER_PURGE);
+        if libmimalloc_sys::mi_option_get(option) == default {
+            libmimalloc_sys::mi_option_set(option, value);
         }
     }
 }
@@ -73,5 +139,73 @@ mod tests {
             "option {MI_OPTION_PURGE_DELAY} read {before}: not mimalloc's purge delay"
         );
         assert_eq!(after, NEVER_PURGE);
+    }
+
+    /// Anonymous resident memory of this process, in bytes (`RssAnon` of
+    /// `/proc/self/status`).
+    fn rss_anon_bytes() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("RssAnon:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("RssAnon in /proc/self/status");
+        kib * 1024
+    }
+
+    /// Resident bytes given back when a filled object of `bytes` is freed.
+    fn resident_bytes_freed_with(bytes: usize) -> u64 {
+        let object = vec![1u8; bytes];
+        let with = rss_anon_bytes();
+        assert_eq!(object[bytes - 1], 1);
+        drop(object);
+        with.saturating_sub(rss_anon_bytes())
+    }
+
+    /// The option number names mimalloc v3's largest arena object: it reads as v3's default
+    /// before and as ours after (planted: 44, the minimal purge size, reads 0 and the test
+    /// fails). And it does what it is set for, with freed memory kept: a large object freed
+    /// in the arena stays resident (the negative control), and one above the option leaves
+    /// at once.
+    #[test]
+    fn large_objects_are_mapped_from_the_os_and_leave_when_freed() {
+        if std::env::var_os(ARENA_MAX_OBJECT_ENV).is_some()
+            || std::env::var_os(PURGE_DELAY_ENV).is_some()
+        {
+            eprintln!(
+                "{ARENA_MAX_OBJECT_ENV} or {PURGE_DELAY_ENV} is set; the defaults cannot be read"
+            );
+            return;
+        }
+        #[allow(unsafe_code)]
+        let read = || unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_ARENA_MAX_OBJECT_SIZE) };
+        let before = read();
+        configure();
+        assert!(
+            before == MI_DEFAULT_ARENA_MAX_OBJECT_KIB || before == ARENA_MAX_OBJECT_KIB,
+            "option {MI_OPTION_ARENA_MAX_OBJECT_SIZE} read {before}: not mimalloc v3's largest \
+             arena object"
+        );
+        assert_eq!(read(), ARENA_MAX_OBJECT_KIB);
+
+        const OBJECT_BYTES: usize = 256 << 20;
+        const SLACK_BYTES: u64 = 56 << 20;
+        // Only this test sets the option back; the other test sets the purge delay only.
+        #[allow(unsafe_code)]
+        let set = |kib| unsafe {
+            libmimalloc_sys::mi_option_set(MI_OPTION_ARENA_MAX_OBJECT_SIZE, kib);
+        };
+        set(MI_DEFAULT_ARENA_MAX_OBJECT_KIB);
+        let kept = resident_bytes_freed_with(OBJECT_BYTES);
+        set(ARENA_MAX_OBJECT_KIB);
+        let given_back = resident_bytes_freed_with(OBJECT_BYTES);
+        assert!(
+            kept < SLACK_BYTES,
+            "negative control: an object freed in the arena gave back {kept} bytes at once"
+        );
+        assert!(
+            given_back > OBJECT_BYTES as u64 - SLACK_BYTES,
+            "an object above the arena's largest gave back only {given_back} bytes"
+        );
     }
 }

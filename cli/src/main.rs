@@ -7,12 +7,12 @@
 mod allocator;
 mod cli;
 
-/// The tool's allocator: mimalloc, keeping the memory it frees (see [`allocator`]).
+/// The tool's allocator: mimalloc, configured by [`allocator::configure`].
 #[global_allocator]
 static GLOBAL: allocator::Global = mimalloc::MiMalloc;
 
 fn main() {
-    allocator::keep_freed_memory();
+    allocator::configure();
     let code = cli::run();
     std::process::exit(code);
 }

@@ -734,19 +734,24 @@ impl JournalEngine {
             .map_err(|e| Error::storage(ENGINE_NAME, "open index", e))?;
         let (applied_seq, first_segment, applied_end) = read_meta(&index)?;
         let (separated, live) = read_values_meta(&index)?;
+        // The segment files there, listed once: the checks below, the scan and the removal
+        // of leftovers all read this listing (nothing creates a segment before the last).
+        let on_disk: BTreeSet<u64> = fs
+            .list_dir(dir)
+            .map_err(io_err("list directory", dir))?
+            .iter()
+            .filter_map(|name| parse_segment_file_name(name))
+            .collect();
         // Segments below the checkpoint kept for their values must all be there.
         let held: BTreeSet<u64> = live.range(..first_segment).map(|(i, _)| *i).collect();
-        for &i in &held {
-            let path = dir.join(segment_file_name(i));
-            if !fs.exists(&path).map_err(io_err("stat file", &path))? {
-                return Err(corrupt(
-                    &path,
-                    0,
-                    CorruptReason::Invalid("segment holding indexed values missing"),
-                ));
-            }
+        if let Some(&i) = held.difference(&on_disk).next() {
+            return Err(corrupt(
+                &dir.join(segment_file_name(i)),
+                0,
+                CorruptReason::Invalid("segment holding indexed values missing"),
+            ));
         }
-        let scan = scan(&*fs, dir, applied_seq, first_segment, applied_end)?;
+        let scan = scan(&*fs, dir, &on_disk, applied_seq, first_segment, applied_end)?;
         // Every run the manifest lists is there and whole (reads only; ADR 0014).
         let runs = open_runs(&*fs, dir, read_runs_meta(&index)?)?;
         // Every segment a live row names is held (checked above) or read by the scan: a
@@ -802,12 +807,9 @@ impl JournalEngine {
         }
         // Leftovers below the checkpointed first segment that no pointer holds (an unlink
         // lost in a crash, or a trim the crash came before).
-        for name in fs.list_dir(dir).map_err(io_err("list directory", dir))? {
-            let Some(index) = parse_segment_file_name(&name) else {
-                continue;
-            };
-            if index < first_segment && !held.contains(&index) {
-                let path = dir.join(&name);
+        for &index in on_disk.range(..first_segment) {
+            if !held.contains(&index) {
+                let path = dir.join(segment_file_name(index));
                 match fs.remove_file(&path) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -1726,21 +1728,18 @@ struct Scan {
 }
 
 /// Reads every live segment and decides what recovery keeps, truncates or refuses. Reads
-/// only.
+/// only. `on_disk` is the numbers of the segment files in `dir`.
 fn scan(
     fs: &dyn FileSystem,
     dir: &Path,
+    on_disk: &BTreeSet<u64>,
     applied_seq: u64,
     first_segment: u64,
     applied_end: (u64, u64),
 ) -> Result<Scan> {
     let mut indexes = Vec::new();
     let mut at = first_segment;
-    loop {
-        let path = dir.join(segment_file_name(at));
-        if !fs.exists(&path).map_err(io_err("stat file", &path))? {
-            break;
-        }
+    while on_disk.contains(&at) {
         indexes.push(at);
         at += 1;
     }
@@ -1748,12 +1747,7 @@ fn scan(
     // before it is durable (ADR 0008), so no crash leaves one past a missing one: any is
     // a lost segment, refused naming it, rather than a journal read up to the gap and
     // written over past it.
-    let names = fs.list_dir(dir).map_err(io_err("list directory", dir))?;
-    if names
-        .iter()
-        .filter_map(|n| parse_segment_file_name(n))
-        .any(|index| index > at)
-    {
+    if on_disk.range(at..).next().is_some() {
         return Err(corrupt(
             &dir.join(segment_file_name(at)),
             0,
@@ -2321,6 +2315,13 @@ impl Shared {
                 st.overlay_bytes -= u.bytes;
                 st.bytes_since_checkpoint += u.bytes;
             }
+            // The budget's count is the bytes of the units still queued (checked in tests
+            // and debug builds: a sum over the queue per step).
+            debug_assert_eq!(
+                st.overlay_bytes,
+                st.queue.iter().map(|u| u.bytes).sum::<u64>(),
+                "invariant: the overlay's byte count is its queued units' bytes"
+            );
             st.applied_seq = last_seq;
             st.applied_end = (last.segment, last.offset + last.len);
             // The merger thread merges beside the next steps; without one, this step does.

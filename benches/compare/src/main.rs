@@ -776,7 +776,7 @@ fn finish(r: Result<u64, String>) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    allocator::keep_freed_memory();
+    allocator::configure();
     let cli = Cli::parse();
     match &cli.cmd {
         Some(Cmd::RunOne(a)) => {
