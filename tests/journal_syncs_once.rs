@@ -423,13 +423,18 @@ fn the_default_bound_prepares_a_consensus_blocks_unit_and_not_a_heavy_save() {
     }
 }
 
-/// Waits until the background applier has made `n` apply steps, failing after 10 s.
-fn wait_for_apply_steps(engine: &JournalEngine, n: u64) {
+/// Waits until the engine's counts satisfy `done` (the background applier's work),
+/// failing after 10 s with `what`.
+fn wait_for_counts(
+    engine: &JournalEngine,
+    what: &str,
+    done: impl Fn(&flushpoint::JournalCounts) -> bool,
+) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while engine.counts().apply_steps < n {
+    while !done(&engine.counts()) {
         assert!(
             std::time::Instant::now() < deadline,
-            "the applier did not apply: {:?}",
+            "{what}: {:?}",
             engine.counts()
         );
         std::thread::sleep(Duration::from_millis(5));
@@ -465,7 +470,7 @@ fn a_checkpoint_comes_by_bytes_by_interval_in_the_background_or_when_asked() {
     let engine = open(Applier::Background, Duration::from_secs(3600));
     let before = engine.counts().checkpoints;
     write_units(&engine, 5);
-    wait_for_apply_steps(&engine, 1);
+    wait_for_counts(&engine, "the applier did not apply", |c| c.apply_steps >= 1);
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(
         engine.counts().checkpoints,
@@ -493,13 +498,7 @@ fn a_checkpoint_comes_by_bytes_by_interval_in_the_background_or_when_asked() {
     let engine = open(Applier::Background, Duration::ZERO);
     let before = engine.counts().checkpoints;
     write_units(&engine, 1);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while engine.counts().checkpoints == before {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no checkpoint by interval: {:?}",
-            engine.counts()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_counts(&engine, "no checkpoint by interval", |c| {
+        c.checkpoints > before
+    });
 }
