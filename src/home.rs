@@ -47,6 +47,12 @@ const FORMAT_PARTS_LINE: &str = "parts journal";
 /// refuses the line ("an unexpected line"). Written at creation when
 /// [`HomeOptions::app_index`] asks for runs.
 const FORMAT_APP_RUNS_LINE: &str = "app runs";
+/// The line of a journal home whose app keyspace, indexed by runs, keeps its values of
+/// [`SEPARATE_VALUES_FROM_BYTES`] or more in the journal, its runs pointing at them (ADR
+/// 0016), after the `app runs` line. Why a line: a build from before it would read the
+/// pointers as the app's values, and trim the segments they lead into; it refuses the line
+/// ("an unexpected line"). Written with `app runs` when a journal home is created.
+const FORMAT_APP_VALUES_LINE: &str = "app values journal";
 
 /// What a home's `FORMAT` records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +62,9 @@ struct Recorded {
     parts_in_journal: bool,
     /// The app keyspace is indexed by sorted runs (ADR 0014; journal homes only).
     app_runs: bool,
+    /// The app keyspace's runs point at its large values in the journal (ADR 0016; with
+    /// `app_runs` only).
+    app_values_in_journal: bool,
 }
 const LOCK_FILE: &str = "LOCK";
 /// File name of the block store database (redb engine).
@@ -303,6 +312,8 @@ pub(crate) fn format_text(engine: HomeEngine, app_runs: bool) -> String {
             if app_runs {
                 text.push_str(FORMAT_APP_RUNS_LINE);
                 text.push('\n');
+                text.push_str(FORMAT_APP_VALUES_LINE);
+                text.push('\n');
             }
             text
         }
@@ -328,6 +339,7 @@ fn parse_format(path: &Path, text: &str) -> Result<Recorded> {
     let mut engine = None;
     let mut parts_in_journal = false;
     let mut app_runs = false;
+    let mut app_values_in_journal = false;
     for line in lines.map(str::trim).filter(|l| !l.is_empty()) {
         if line == FORMAT_PARTS_LINE
             && engine == Some(HomeEngine::Journal)
@@ -339,6 +351,10 @@ fn parse_format(path: &Path, text: &str) -> Result<Recorded> {
         }
         if line == FORMAT_APP_RUNS_LINE && engine == Some(HomeEngine::Journal) && !app_runs {
             app_runs = true;
+            continue;
+        }
+        if line == FORMAT_APP_VALUES_LINE && app_runs && !app_values_in_journal {
+            app_values_in_journal = true;
             continue;
         }
         let name = line
@@ -356,6 +372,7 @@ fn parse_format(path: &Path, text: &str) -> Result<Recorded> {
         engine: engine.unwrap_or(HomeEngine::Redb),
         parts_in_journal,
         app_runs,
+        app_values_in_journal,
     })
 }
 
@@ -440,6 +457,7 @@ impl Home {
             engine,
             parts_in_journal,
             app_runs,
+            app_values_in_journal,
         } = Self::check_format(&*fs, path, options.engine, options.app_index)?;
         let storage = match engine {
             HomeEngine::Redb => {
@@ -484,9 +502,18 @@ impl Home {
                     engine.keyspace(DB_NAMES[0])?
                 } as Arc<dyn Db>,
                 engine.keyspace(DB_NAMES[1])? as Arc<dyn Db>,
-                // The app's state as sorted runs (ADR 0014), on a home whose FORMAT says so.
+                // The app's state as sorted runs (ADR 0014), pointing at its large values in
+                // the journal (ADR 0016), on a home whose FORMAT says so.
                 if app_runs {
-                    engine.keyspace_with(DB_NAMES[2], KeyspaceOptions::indexed_by_runs())?
+                    let runs = KeyspaceOptions::indexed_by_runs();
+                    engine.keyspace_with(
+                        DB_NAMES[2],
+                        if app_values_in_journal {
+                            runs.with_values_separated_from(SEPARATE_VALUES_FROM_BYTES)
+                        } else {
+                            runs
+                        },
+                    )?
                 } else {
                     engine.keyspace(DB_NAMES[2])?
                 } as Arc<dyn Db>,
@@ -562,6 +589,7 @@ impl Home {
                     engine,
                     parts_in_journal: false,
                     app_runs: engine == HomeEngine::Journal && app_runs,
+                    app_values_in_journal: false,
                 })?;
                 let tmp = path.join("FORMAT.tmp");
                 let f = fs
@@ -579,10 +607,13 @@ impl Home {
                 // journal whose FORMAT a cut lost would be opened as a new redb home.
                 fs.sync_dir(path)
                     .map_err(home_err(path, "fsync home directory"))?;
+                // A new journal home's app runs point at its large values in the journal
+                // (ADR 0016: written once, where runs held a second copy).
                 Ok(Recorded {
                     engine,
                     parts_in_journal: engine == HomeEngine::Journal,
                     app_runs,
+                    app_values_in_journal: app_runs,
                 })
             }
             Err(e) => Err(home_err(path, "open FORMAT")(e)),
@@ -657,14 +688,29 @@ mod tests {
         // A journal home whose app is indexed by runs (ADR 0014).
         assert_eq!(
             format_text(HomeEngine::Journal, true),
-            "flushpoint home format 2\nengine journal\nparts journal\napp runs\n"
+            "flushpoint home format 2\nengine journal\nparts journal\napp runs\napp values journal\n"
         );
         assert_eq!(
             parse_format(p, &format_text(HomeEngine::Journal, true)).unwrap(),
             Recorded {
                 engine: HomeEngine::Journal,
                 parts_in_journal: true,
-                app_runs: true
+                app_runs: true,
+                app_values_in_journal: true,
+            }
+        );
+        // A home from before ADR 0016: the app's runs hold its values.
+        assert_eq!(
+            parse_format(
+                p,
+                "flushpoint home format 2\nengine journal\nparts journal\napp runs\n"
+            )
+            .unwrap(),
+            Recorded {
+                engine: HomeEngine::Journal,
+                parts_in_journal: true,
+                app_runs: true,
+                app_values_in_journal: false,
             }
         );
         // A journal home from before ADR 0013: parts in the index.
@@ -673,7 +719,8 @@ mod tests {
             Recorded {
                 engine: HomeEngine::Journal,
                 parts_in_journal: false,
-                app_runs: false
+                app_runs: false,
+                app_values_in_journal: false,
             }
         );
     }
@@ -694,6 +741,10 @@ mod tests {
             "flushpoint home format 2\nengine journal\napp runs\napp runs\n",
             "flushpoint home format 2\nengine journal\napp runs\nparts journal\n",
             "flushpoint home format 2\napp runs\nengine journal\n",
+            "flushpoint home format 2\nengine journal\napp values journal\n",
+            "flushpoint home format 2\nengine journal\napp values journal\napp runs\n",
+            "flushpoint home format 2\nengine journal\napp runs\napp values journal\napp values journal\n",
+            "flushpoint home format 2\nengine journal\napp runs\napp values journal\napp runs\n",
             "flushpoint home format 2\nsomething\n",
             "flushpoint home format\n",
             "",

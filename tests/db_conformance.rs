@@ -17,6 +17,9 @@
 //!   run's blocks closed every few bytes, so each apply step writes a run of many blocks
 //!   and reads merge many runs, the newest winning and its tombstones hiding older ones;
 //! * `journal_runs_disk_small`: `journal_disk_small` with the keyspace indexed by runs.
+//! * `journal_runs_separating`: `journal_runs` with the runs pointing at values of 64 bytes
+//!   or more in the journal (ADR 0016): large values read through pointers kept in runs,
+//!   merged and shadowed.
 //!
 //! The expected answers are computed here from a `BTreeMap` with this file's own bound logic,
 //! never with the crate's `KeyRange::contains`, so a wrong bound in the crate cannot agree
@@ -177,6 +180,20 @@ impl Fixture {
 
     /// `journal_sim` with the keyspace indexed by runs (ADR 0014), blocks of ~16 bytes.
     fn journal_runs() -> Self {
+        Self::journal_runs_sim(KeyspaceOptions::indexed_by_runs())
+    }
+
+    /// `journal_runs` whose runs point at values of `SEPARATE_VALUES_MIN_BYTES` or more in
+    /// the journal (ADR 0016).
+    fn journal_runs_separating() -> Self {
+        Self::journal_runs_sim(
+            KeyspaceOptions::indexed_by_runs()
+                .with_values_separated_from(SEPARATE_VALUES_MIN_BYTES),
+        )
+    }
+
+    /// A runs keyspace with `keyspace`'s options on `SimFs`, blocks of ~16 bytes.
+    fn journal_runs_sim(keyspace: KeyspaceOptions) -> Self {
         Self::journal_with(
             Arc::new(SimFs::new()),
             "/j".into(),
@@ -184,7 +201,7 @@ impl Fixture {
                 run_block_bytes: RUN_BLOCK_BYTES_SMALL,
                 ..small(Applier::Inline)
             },
-            KeyspaceOptions::indexed_by_runs(),
+            keyspace,
             None,
         )
     }
@@ -669,7 +686,11 @@ macro_rules! conformance {
 fn model_cases(backend: &str) -> u64 {
     if matches!(
         backend,
-        "memory" | "journal_sim" | "journal_separating" | "journal_runs"
+        "memory"
+            | "journal_sim"
+            | "journal_separating"
+            | "journal_runs"
+            | "journal_runs_separating"
     ) {
         500
     } else {
@@ -685,6 +706,7 @@ conformance!(journal_disk_small, Fixture::journal_disk_small());
 conformance!(journal_separating, Fixture::journal_separating());
 conformance!(journal_runs, Fixture::journal_runs());
 conformance!(journal_runs_disk_small, Fixture::journal_runs_disk_small());
+conformance!(journal_runs_separating, Fixture::journal_runs_separating());
 
 mod model {
     use super::*;

@@ -81,7 +81,7 @@ fn a_journal_home_records_its_engine_and_reopens_on_it_unasked() {
     assert!(home.journal().is_some() && home.redb_dbs().is_none());
     assert_eq!(
         std::fs::read_to_string(path.join("FORMAT")).unwrap(),
-        "flushpoint home format 2\nengine journal\nparts journal\napp runs\n"
+        "flushpoint home format 2\nengine journal\nparts journal\napp runs\napp values journal\n"
     );
     let mut b = flushpoint::Batch::new();
     b.put(b"k".to_vec(), b"v".to_vec());
@@ -333,14 +333,16 @@ fn a_journal_home_with_app_runs_records_them_matches_the_tree_and_refuses_the_ot
     assert_eq!(on_runs, on_tree, "runs and the tree disagree on the chain");
     assert_eq!(
         std::fs::read_to_string(runs.join("FORMAT")).unwrap(),
-        "flushpoint home format 2\nengine journal\nparts journal\napp runs\n"
+        "flushpoint home format 2\nengine journal\nparts journal\napp runs\napp values journal\n"
     );
     {
         let home = Home::open(&runs).unwrap();
         let engine = home.journal().unwrap().clone();
+        // Its runs point at the app's values of 1 KiB or more in the journal (ADR 0016).
         assert_eq!(
-            engine.keyspace("app").unwrap().options().index,
-            flushpoint::KeyspaceIndex::Runs
+            engine.keyspace("app").unwrap().options(),
+            flushpoint::KeyspaceOptions::indexed_by_runs()
+                .with_values_separated_from(flushpoint::SEPARATE_VALUES_FROM_BYTES)
         );
         assert!(engine.usage().unwrap().keyspaces["app"].entries > 0);
     }

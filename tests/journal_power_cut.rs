@@ -4,7 +4,8 @@
 //! commits, explicit checkpoints; "blocks" keeps its larger values in the journal and the
 //! index points at them (ADR 0013), so trims wait for pointers to go; "app" is indexed by
 //! sorted runs (ADR 0014), so every apply step writes a run and every checkpoint syncs its
-//! runs and their directory before the commit that lists them — with segments, checkpoints
+//! runs and their directory before the commit that lists them, and its runs point at its
+//! larger values in the journal (ADR 0016), so trims wait for merges to drop pointers — with segments, checkpoints
 //! and the overlay budget shrunk
 //! so that segments roll, checkpoints run and trims delete segments many times in a run.
 //! The applier runs inline, so a run's operations are the same every time and cut `k` is
@@ -52,7 +53,7 @@ const CHECKPOINT_BYTES: u64 = 1200;
 /// sync-then-apply path runs inside the plan.
 const OVERLAY_BYTES: u64 = 400;
 const SEED_DEFAULT: u64 = 0x0a11_0c47;
-/// The smallest value "blocks" keeps in the journal. Why: the plan's values are 8–127 or
+/// The smallest value "blocks" and "app" keep in the journal. Why: the plan's values are 8–127 or
 /// 600 bytes, so both inline values and pointers are written, replaced and deleted.
 const SEPARATE_FROM: u32 = 64;
 /// Body bytes of a run's block in this test. Why: a run of a few small ops then has
@@ -239,8 +240,12 @@ fn run_with(
         return (out, None);
     };
     // "app" is indexed by runs (ADR 0014): a cut can land in its directory's creation and
-    // its record, and in every run's write and sync.
-    let Ok(app) = engine.keyspace_with(KEYSPACES[2], KeyspaceOptions::indexed_by_runs()) else {
+    // its records, and in every run's write and sync. Its runs point at its values of
+    // SEPARATE_FROM bytes or more in the journal (ADR 0016), so merges release segments.
+    let Ok(app) = engine.keyspace_with(
+        KEYSPACES[2],
+        KeyspaceOptions::indexed_by_runs().with_values_separated_from(SEPARATE_FROM),
+    ) else {
         return (out, None);
     };
     let dbs = [

@@ -9,7 +9,11 @@
 //!   nothing deleted;
 //! * another keyspace's durable creation record, which makes the pending apply steps
 //!   durable too, syncs their runs first (a cut after it loses nothing);
-//! * options are checked before anything is written and fixed at creation.
+//! * options are checked before anything is written and fixed at creation;
+//! * with the keyspace's large values kept in the journal (ADR 0016): each is written once,
+//!   the runs pointing at it, and reads back through every read; a segment is kept while a
+//!   listed run points into it (shadowed pointers included) and deleted once merges drop
+//!   the last pointer; a reader's snapshot keeps it until dropped.
 //!
 //! The power cuts and EIO at every operation of a runs keyspace's life are in
 //! `journal_power_cut.rs` and `journal_eio.rs` ("app" is indexed by runs there); the `Db`
@@ -21,8 +25,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use flushpoint::{
     Applier, Batch, Db, DirFate, Direction, Durability, Error, FileFate, FileSystem, JournalEngine,
-    JournalOptions, KeyRange, KeyspaceIndex, KeyspaceOptions, OpenMode, RUNS_DIR, SimFs,
-    collect_range,
+    JournalOptions, KeyRange, KeyspaceIndex, KeyspaceOptions, OpenMode, RUNS_DIR,
+    SEPARATE_VALUES_MIN_BYTES, SimFs, collect_range,
 };
 
 const DIR: &str = "/journal";
@@ -60,12 +64,17 @@ fn value(i: u32, round: u32) -> Bytes {
 /// One synced unit per round: keys `0..n` put with `round`'s values, and every key `i`
 /// with `i % 5 == round % 5` deleted.
 fn write_round(db: &dyn Db, n: u32, round: u32) {
+    write_round_of(db, n, round, value);
+}
+
+/// [`write_round`] with the values `value_of(key, round)`.
+fn write_round_of(db: &dyn Db, n: u32, round: u32, value_of: fn(u32, u32) -> Bytes) {
     let mut b = Batch::new();
     for i in 0..n {
         if i % 5 == round % 5 {
             b.delete(key(i));
         } else {
-            b.put(key(i), value(i, round));
+            b.put(key(i), value_of(i, round));
         }
     }
     db.write(&b, Durability::Synced).expect("write");
@@ -73,9 +82,14 @@ fn write_round(db: &dyn Db, n: u32, round: u32) {
 
 /// What the keyspace holds after rounds `0..=last` of `write_round(n)`: the model.
 fn model(n: u32, last: u32) -> Vec<(Bytes, Bytes)> {
+    model_of(n, last, value)
+}
+
+/// [`model`] for [`write_round_of`] with `value_of`.
+fn model_of(n: u32, last: u32, value_of: fn(u32, u32) -> Bytes) -> Vec<(Bytes, Bytes)> {
     let mut m: Vec<(Bytes, Bytes)> = (0..n)
         .filter(|i| i % 5 != last % 5)
-        .map(|i| (key(i), value(i, last)))
+        .map(|i| (key(i), value_of(i, last)))
         .collect();
     m.sort();
     m
@@ -543,10 +557,12 @@ fn options_are_checked_before_anything_is_written_and_fixed_at_creation() {
     let fs = SimFs::new();
     let engine = open(&fs).expect("open");
     let ops_before = fs.ops();
-    let mut both = KeyspaceOptions::indexed_by_runs();
-    both.separate_values_from = Some(1024);
+    // Runs with values kept in the journal (ADR 0016): the threshold is checked as for the
+    // tree.
+    let too_small = KeyspaceOptions::indexed_by_runs()
+        .with_values_separated_from(SEPARATE_VALUES_MIN_BYTES - 1);
     assert!(matches!(
-        engine.keyspace_with(APP, both),
+        engine.keyspace_with(APP, too_small),
         Err(Error::InvalidInput(_))
     ));
     for bad in ["a/b", "..", "app state", "é"] {
@@ -579,5 +595,252 @@ fn options_are_checked_before_anything_is_written_and_fixed_at_creation() {
     assert_eq!(
         engine.keyspace(APP).unwrap().options().index,
         KeyspaceIndex::Runs
+    );
+}
+
+/// The threshold of the separating runs keyspace below (ADR 0016).
+const FROM: u32 = 1024;
+/// A large value's size here: above [`FROM`].
+const BIG_BYTES: usize = 2000;
+
+/// Small segments, so that a few large values fill one and the journal rolls.
+fn separating_options() -> JournalOptions {
+    JournalOptions {
+        segment_bytes: 8 * 1024,
+        ..options()
+    }
+}
+
+fn open_separating(fs: &SimFs) -> JournalEngine {
+    JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), separating_options()).expect("open")
+}
+
+/// The app keyspace indexed by runs, its values of [`FROM`] bytes or more in the journal.
+fn app_separating(engine: &JournalEngine) -> Arc<flushpoint::JournalDb> {
+    engine
+        .keyspace_with(
+            APP,
+            KeyspaceOptions::indexed_by_runs().with_values_separated_from(FROM),
+        )
+        .expect("separating runs keyspace")
+}
+
+/// A large value, different for each key and round.
+fn big(i: u32, round: u32) -> Bytes {
+    Bytes::from(
+        (0..BIG_BYTES)
+            .map(|j| (i as usize * 31 + round as usize * 17 + j * 7) as u8)
+            .collect::<Vec<u8>>(),
+    )
+}
+
+/// Round `round`'s value of key `i`: large when `i + round` is even, else small.
+fn mixed(i: u32, round: u32) -> Bytes {
+    if (i + round).is_multiple_of(2) {
+        big(i, round)
+    } else {
+        value(i, round)
+    }
+}
+
+fn mixed_model(n: u32, last: u32) -> Vec<(Bytes, Bytes)> {
+    model_of(n, last, mixed)
+}
+
+/// Whether any file under `dir` (one level) holds `needle`.
+fn any_file_holds(fs: &SimFs, dir: &Path, needle: &[u8]) -> bool {
+    fs.list(dir).into_iter().any(|name| {
+        fs.read(&dir.join(&name))
+            .is_some_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle))
+    })
+}
+
+fn segments_on_disk(fs: &SimFs) -> Vec<String> {
+    fs.list(Path::new(DIR))
+        .into_iter()
+        .filter(|n| n.ends_with(".seg"))
+        .collect()
+}
+
+/// ADR 0016: a runs keyspace keeping its large values in the journal writes each once, to
+/// its unit; its runs hold pointers (and its small values inline), merged like any op; every
+/// read (point, many, range either way, after a reopen) returns the values.
+#[test]
+fn large_values_are_written_once_and_read_back_through_the_runs_pointers() {
+    let fs = SimFs::new();
+    let engine = open_separating(&fs);
+    let db = app_separating(&engine);
+    let asked = KeyspaceOptions::indexed_by_runs().with_values_separated_from(FROM);
+    assert_eq!(db.options(), asked);
+    let n = 12;
+    let mut large_puts = 0;
+    for round in 0..4 {
+        write_round_of(&*db, n, round, mixed);
+        large_puts += (0..n)
+            .filter(|i| i % 5 != round % 5 && (i + round).is_multiple_of(2))
+            .count() as u64;
+        assert_eq!(all(&*db), mixed_model(n, round), "round {round}");
+    }
+    let c = engine.counts();
+    assert_eq!(c.values_kept_in_journal, large_puts, "{c:?}");
+    assert!(c.run_merges > 0, "{c:?}");
+    // Written once: the last round's large values are in a segment, in no run file.
+    let runs_dir = Path::new(DIR).join(RUNS_DIR).join(APP);
+    for (k, v) in mixed_model(n, 3) {
+        if v.len() == BIG_BYTES {
+            assert!(
+                !any_file_holds(&fs, &runs_dir, &v[..64]),
+                "{k:?}'s value is in a run"
+            );
+            assert!(any_file_holds(&fs, Path::new(DIR), &v[..64]));
+        }
+    }
+    let before = engine.counts().values_read_from_journal;
+    let keys: Vec<Bytes> = (0..n).map(key).collect();
+    let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+    let got = db.get_many(&refs).unwrap();
+    for (i, v) in got.into_iter().enumerate() {
+        let i = i as u32;
+        let expected = (i % 5 != 3).then(|| mixed(i, 3));
+        assert_eq!(v, expected, "key {i}");
+    }
+    assert!(engine.counts().values_read_from_journal > before);
+    let mut reversed = mixed_model(n, 3);
+    reversed.reverse();
+    assert_eq!(
+        collect_range(&*db, KeyRange::all(), Direction::Reverse).unwrap(),
+        reversed
+    );
+    let usage = engine.usage().unwrap();
+    let app_usage = usage.keyspaces[APP];
+    let large_now = mixed_model(n, 3)
+        .iter()
+        .filter(|(_, v)| v.len() == BIG_BYTES)
+        .count() as u64;
+    assert_eq!(app_usage.entries, mixed_model(n, 3).len() as u64);
+    assert_eq!(app_usage.values_in_journal, large_now);
+    assert_eq!(
+        app_usage.values_in_journal_bytes,
+        large_now * BIG_BYTES as u64
+    );
+    engine.checkpoint().unwrap();
+    drop((db, engine));
+    let engine = open_separating(&fs);
+    let db = engine.keyspace(APP).unwrap();
+    assert_eq!(db.options(), asked, "the options are durable");
+    assert_eq!(all(&*db), mixed_model(n, 3));
+}
+
+/// Each key of `0..n` put with a large value of `round`, one synced unit per key, so that
+/// the values spread over several segments.
+fn write_big_per_unit(db: &dyn Db, n: u32, round: u32) {
+    for i in 0..n {
+        let mut b = Batch::new();
+        b.put(key(i), big(i, round));
+        db.write(&b, Durability::Synced).expect("write");
+    }
+}
+
+/// Every key of `0..n` put with a small value of `round`, in one synced unit.
+fn write_small(db: &dyn Db, n: u32, round: u32) {
+    let mut b = Batch::new();
+    for i in 0..n {
+        b.put(key(i), value(i, round));
+    }
+    db.write(&b, Durability::Synced).expect("write");
+}
+
+/// A separating runs keyspace whose keys `0..n` hold large values of round 0, one unit
+/// each, checkpointed.
+fn separating_with_big_values(fs: &SimFs, n: u32) -> (JournalEngine, Arc<flushpoint::JournalDb>) {
+    let engine = open_separating(fs);
+    let db = app_separating(&engine);
+    write_big_per_unit(&*db, n, 0);
+    engine.checkpoint().unwrap();
+    (engine, db)
+}
+
+/// ADR 0016: a segment is kept while a listed run points into it — shadowed pointers
+/// included — and deleted by the checkpoint after merges have dropped the last pointer
+/// into it; the keyspace reads its newest values throughout and after a reopen.
+#[test]
+fn a_segment_is_held_while_a_run_points_into_it_and_deleted_once_merges_drop_its_pointers() {
+    let fs = SimFs::new();
+    let n = 12;
+    let (engine, db) = separating_with_big_values(&fs, n);
+    let c = engine.counts();
+    assert_eq!(c.segments_deleted, 0, "every segment holds values: {c:?}");
+    let on_disk = segments_on_disk(&fs).len() as u64;
+    assert!(on_disk >= 4, "the values spread over segments: {on_disk}");
+    assert_eq!(
+        c.segments_kept_for_values,
+        on_disk - 1,
+        "all but the active one are held for their values: {c:?}"
+    );
+    // Small values over every key: the large ones are shadowed, but their pointers are in
+    // older runs until merges drop them.
+    let mut round = 1;
+    write_small(&*db, n, round);
+    let model_small = |round: u32| -> Vec<(Bytes, Bytes)> {
+        let mut m: Vec<_> = (0..n).map(|i| (key(i), value(i, round))).collect();
+        m.sort();
+        m
+    };
+    assert_eq!(all(&*db), model_small(round));
+    // More rounds until the merges reach the runs holding the pointers (the policy merges
+    // the newest runs into the older ones as they grow): bounded, and then every segment
+    // but the active one goes.
+    while engine.counts().segments_deleted == 0 {
+        assert!(
+            round < 12,
+            "no merge dropped the pointers: {:?}",
+            engine.counts()
+        );
+        round += 1;
+        write_small(&*db, n, round);
+        engine.checkpoint().unwrap();
+        assert_eq!(all(&*db), model_small(round), "round {round}");
+    }
+    let c = engine.counts();
+    assert_eq!(
+        c.segments_deleted,
+        on_disk - 1,
+        "every segment held for a value is deleted: {c:?}"
+    );
+    assert!(!segments_on_disk(&fs).contains(&flushpoint::segment_file_name(0)));
+    assert_eq!(engine.usage().unwrap().keyspaces[APP].values_in_journal, 0);
+    drop((db, engine));
+    let engine = open_separating(&fs);
+    assert_eq!(all(&*engine.keyspace(APP).unwrap()), model_small(round));
+}
+
+/// ADR 0016: a reader's snapshot of the runs keeps the segments its pointers lead into,
+/// even after a merge has dropped them from the listed runs and a checkpoint has doomed
+/// them; they go when it is dropped.
+#[test]
+fn a_reader_keeps_the_segments_its_runs_point_into_across_merges_until_it_is_dropped() {
+    let fs = SimFs::new();
+    let n = 12;
+    let (engine, db) = separating_with_big_values(&fs, n);
+    let mut it = db.range(KeyRange::all(), Direction::Forward).unwrap();
+    let mut expected: Vec<(Bytes, Bytes)> = (0..n).map(|i| (key(i), big(i, 0))).collect();
+    expected.sort();
+    assert_eq!(it.next().unwrap().unwrap(), expected[0]);
+    // Overwritten, merged and checkpointed until the pointers are gone from the listed
+    // runs (the same rounds as above, which delete the segments without a reader).
+    for round in 1..12 {
+        write_small(&*db, n, round);
+        engine.checkpoint().unwrap();
+    }
+    let c = engine.counts();
+    assert!(c.run_merges >= 2, "{c:?}");
+    assert_eq!(c.segments_deleted, 0, "a reader holds them: {c:?}");
+    let rest: Vec<_> = it.by_ref().collect::<Result<_, _>>().unwrap();
+    assert_eq!(rest, expected[1..]);
+    drop(it);
+    assert!(
+        engine.counts().segments_deleted >= 3,
+        "{:?}",
+        engine.counts()
     );
 }

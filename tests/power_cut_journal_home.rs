@@ -57,7 +57,8 @@ const SUBSETS_MAX_OPS: usize = 5;
 /// The default seed of the random fates (`FLUSHPOINT_SEED` overrides it).
 const SEED_DEFAULT: u64 = 0x10c4_a1f5;
 /// What ADR 0012 says a journal home's `FORMAT` holds.
-const JOURNAL_FORMAT: &str = "flushpoint home format 2\nengine journal\nparts journal\napp runs\n";
+const JOURNAL_FORMAT: &str =
+    "flushpoint home format 2\nengine journal\nparts journal\napp runs\napp values journal\n";
 /// The keyspaces, in the order the writes log names them.
 const DBS: [&str; 3] = ["block store", "state", "app"];
 

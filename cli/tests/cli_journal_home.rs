@@ -68,7 +68,7 @@ fn sync_engine_journal_creates_a_journal_home_that_later_syncs_resume_on() {
     assert!(!home.join("state.redb").exists());
     assert_eq!(
         std::fs::read_to_string(home.join("FORMAT")).unwrap(),
-        "flushpoint home format 2\nengine journal\nparts journal\napp runs\n"
+        "flushpoint home format 2\nengine journal\nparts journal\napp runs\napp values journal\n"
     );
     // Unasked, the next sync resumes on the journal; the chain matches a redb home's.
     let again = json(&sync_engine(&home, None, 60));

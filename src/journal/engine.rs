@@ -70,17 +70,20 @@ pub const OVERLAY_BYTES_MAX: u64 = 4 * CHECKPOINT_BYTES;
 pub const APPLY_BATCH_DELAY: Duration = Duration::from_millis(20);
 /// The index's file name in the journal directory.
 pub const INDEX_FILE: &str = "index.redb";
-/// redb's page cache for the index, in bytes. Why this bound: at scale the app state's
-/// random keys outgrow any cache a node would spare (the index passed 600 MB by 300k light
-/// blocks), so each apply step reads and writes most of the app table's leaves whatever
-/// the cache; the same memory given to the overlay ([`OVERLAY_BYTES_MAX`]) lets a step take
-/// more units, and sweep the leaves less often. Measured (tenth session, 300k light
-/// blocks, `compare run-one`, interleaved; `benches/compare/PERFORMANCE.md`, "The index
-/// cache against the overlay"): 64 MiB with a 256 MiB overlay took 38.4–43.2 s against
-/// 44.1–49.6 s for 192 MiB with 128 MiB, peak RSS 1,248–1,306 against 1,292–1,390 MiB.
-/// An embedder with memory to spare gains most by raising both (`index_cache_bytes`,
-/// `overlay_bytes_max`).
-pub const INDEX_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// redb's page cache for the index, in bytes. Why this bound: since the app's state went to
+/// sorted runs (ADR 0014) and the parts and the app's large values to the journal (ADR 0013,
+/// 0016), the index holds the block store's and the state's small records and pointers: an
+/// apply step appends to the right edges of their trees, and a node reads its last few
+/// blocks and its state, so a cache of a few MiB holds what is hot; the rest is the OS page
+/// cache's. Measured (twenty-first session, the tool, 300k light blocks, `--cache-mib`, 3
+/// interleaved rounds; `benches/compare/PERFORMANCE.md`, "The index cache, again"): 8 MiB
+/// peaked at 315–342 MB RSS against 411–433 MB at 64 MiB, in 22.4–25.6 s against
+/// 24.4–29.0 s; the consensus rows (`fpj-unit`, `fpj-save-block`, light and heavy) within
+/// their spread at 8, 16 and 64 MiB. (The tenth session's 64 MiB was chosen when the app's
+/// random keys were in the index, which at scale read and wrote most of their leaves each
+/// step.) An embedder whose own keyspaces are large trees read at random gains by raising
+/// it (`index_cache_bytes`).
+pub const INDEX_CACHE_BYTES: usize = 8 * 1024 * 1024;
 
 const _: () = assert!(
     OVERLAY_BYTES_MAX >= CHECKPOINT_BYTES,
@@ -171,8 +174,17 @@ pub const RUNS_DIR: &str = "runs";
 /// Meta key prefix: `separate.<keyspace>` → the smallest value that keyspace keeps in the
 /// journal (ADR 0013). Present exactly for the keyspaces whose index values are tagged.
 const META_SEPARATE_PREFIX: &str = "separate.";
-/// Segment → bytes of values in it that the index points at (entries only while > 0).
+/// Segment → bytes of values in it that the index points at (entries only while > 0): a
+/// separating tree keyspace's entries, and every listed run of a separating runs keyspace
+/// (a run's pointers count until the run leaves the manifest, shadowed or not).
 const LIVE: TableDefinition<u64, u64> = TableDefinition::new("journal.live");
+/// A separating runs keyspace's pointers per run (ADR 0016): (keyspace, run id, segment) →
+/// bytes the run's pointers lead to in that segment (rows only while > 0). Written in the
+/// transaction that lists the run (an apply step's, or a merge's install, which removes
+/// its inputs' rows), with the same change to [`LIVE`]; so [`LIVE`] is always the sum of
+/// the tree's pointers and of these rows.
+const RUN_VALUES: TableDefinition<(&str, u64, u64), u64> =
+    TableDefinition::new("journal.run_values");
 /// Tag of an index value held inline (a separating keyspace's small value).
 const VALUE_INLINE: u8 = 0;
 /// Tag of an index value that points into a segment.
@@ -243,14 +255,16 @@ pub enum KeyspaceIndex {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct KeyspaceOptions {
-    /// How its applied entries are indexed. Runs and separated values are exclusive.
+    /// How its applied entries are indexed.
     pub index: KeyspaceIndex,
-    /// Values of at least this many bytes are written once, to the journal: the index
-    /// holds a pointer to the value's bytes in its unit (ADR 0013), and the segment is
-    /// kept while any pointer into it remains. For values written once and deleted
-    /// roughly in the order they were written (block parts, pruned by height): a segment
-    /// comes back only when every value in it is deleted, and nothing compacts a segment
-    /// a few live values hold. `None` (the default): every value goes to the index.
+    /// Values of at least this many bytes are written once, to the journal: the index (the
+    /// tree, or the runs) holds a pointer to the value's bytes in its unit (ADR 0013,
+    /// ADR 0016 for runs), and the segment is kept while any pointer into it remains. For
+    /// large values: block parts, pruned by height, or an app's large values. A segment
+    /// comes back only when every value in it is gone (for runs: when merges have dropped
+    /// every pointer into it, shadowed ones included), and nothing compacts a segment a
+    /// few live values hold; the space between them is given back at once. `None` (the
+    /// default): every value goes to the index.
     pub separate_values_from: Option<u32>,
 }
 
@@ -269,6 +283,45 @@ impl KeyspaceOptions {
             index: KeyspaceIndex::Runs,
             ..KeyspaceOptions::default()
         }
+    }
+
+    /// These options, with values of `bytes` or more kept in the journal
+    /// ([`KeyspaceOptions::separate_values_from`]).
+    pub fn with_values_separated_from(self, bytes: u32) -> Self {
+        KeyspaceOptions {
+            separate_values_from: Some(bytes),
+            ..self
+        }
+    }
+}
+
+impl KeyspaceUsage {
+    /// Counts one entry as the index stores it (a separating keyspace's value tagged,
+    /// inline or a pointer).
+    fn count(&mut self, name: &str, separating: bool, key: &[u8], stored: &[u8]) -> Result<()> {
+        self.entries += 1;
+        self.logical_bytes += key.len() as u64;
+        if !separating {
+            self.logical_bytes += stored.len() as u64;
+            return Ok(());
+        }
+        match ValueAt::decode(stored) {
+            Ok(Some(at)) => {
+                self.logical_bytes += u64::from(at.len);
+                self.values_in_journal += 1;
+                self.values_in_journal_bytes += u64::from(at.len);
+            }
+            Ok(None) => self.logical_bytes += stored.len() as u64 - 1,
+            Err(reason) => {
+                return Err(Error::Corrupt {
+                    db: name.to_string(),
+                    key: key.to_vec(),
+                    height: None,
+                    reason,
+                });
+            }
+        }
+        Ok(())
     }
 }
 
@@ -526,6 +579,17 @@ impl State {
     /// the last one, or runs listed since (a merge's output is listed with no unit applied).
     fn index_changed_since_checkpoint(&self) -> bool {
         self.applied_seq > self.checkpoint_seq || !self.unsynced_runs.is_empty()
+    }
+
+    /// Takes the live bytes a commit wrote ([`Shared::write_live`]) into the state.
+    fn note_live(&mut self, live_now: Vec<(u64, u64)>) {
+        for (segment, bytes) in live_now {
+            if bytes == 0 {
+                self.live.remove(&segment);
+            } else {
+                self.live.insert(segment, bytes);
+            }
+        }
     }
 
     /// After a durable commit that followed [`Shared::sync_runs`] (which synced `synced`
@@ -946,7 +1010,7 @@ impl JournalEngine {
     /// value is applied under them.
     ///
     /// Errors: [`Error::InvalidInput`] for a bad name, a threshold below
-    /// [`SEPARATE_VALUES_MIN_BYTES`], separation asked with runs, or (runs) a name that is
+    /// [`SEPARATE_VALUES_MIN_BYTES`], or (runs) a name that is
     /// not ASCII letters, digits, `_` and `-` (it names a directory), before anything is
     /// written; a failed record poisons the engine.
     pub fn keyspace_with(&self, name: &str, options: KeyspaceOptions) -> Result<Arc<JournalDb>> {
@@ -960,12 +1024,6 @@ impl JournalEngine {
             )));
         }
         let runs = options.index == KeyspaceIndex::Runs;
-        if runs && options.separate_values_from.is_some() {
-            return Err(Error::InvalidInput(format!(
-                "journal keyspace {name:?}: a keyspace indexed by runs keeps its values in \
-                 its runs; separated values are for a keyspace indexed by the tree"
-            )));
-        }
         if runs
             && !name
                 .bytes()
@@ -977,11 +1035,16 @@ impl JournalEngine {
             )));
         }
         let db = self.keyspace(name)?;
-        let record = match (options.separate_values_from, runs) {
-            (Some(from), _) => (format!("{META_SEPARATE_PREFIX}{name}"), u64::from(from)),
-            (None, true) => (format!("{META_INDEX_PREFIX}{name}"), INDEX_KIND_RUNS),
-            (None, false) => return Ok(db),
-        };
+        let mut records = Vec::with_capacity(2);
+        if let Some(from) = options.separate_values_from {
+            records.push((format!("{META_SEPARATE_PREFIX}{name}"), u64::from(from)));
+        }
+        if runs {
+            records.push((format!("{META_INDEX_PREFIX}{name}"), INDEX_KIND_RUNS));
+        }
+        if records.is_empty() {
+            return Ok(db);
+        }
         let s = &self.handle.shared;
         // The apply lock: no unit of this keyspace is applied while its format is decided.
         let _apply = s.lock_apply();
@@ -1016,8 +1079,10 @@ impl JournalEngine {
         let txn = s.begin_index_write(redb::Durability::Immediate)?;
         {
             let mut meta = txn.open_table(META).map_err(s.failing("open meta"))?;
-            meta.insert(record.0.as_str(), record.1)
-                .map_err(s.failing("write meta"))?;
+            for (key, value) in &records {
+                meta.insert(key.as_str(), *value)
+                    .map_err(s.failing("write meta"))?;
+            }
             if !runs {
                 // The keyspace's table exists from now on: a later open sees it created.
                 let table_name = table_name(name);
@@ -1030,20 +1095,18 @@ impl JournalEngine {
         // checkpoint syncs them (the apply lock is held: no run is listed meanwhile; the
         // merger may be writing one, unlisted).
         let synced_runs = s.sync_runs()?;
-        // Crash: the record (and a separating keyspace's empty table) is durable together
-        // or not at all; no unit of this keyspace is applied before it (the apply lock), so
+        // Crash: the records (and a separating tree keyspace's empty table) are durable
+        // together or not at all; no unit of this keyspace is applied before it (the apply lock), so
         // its entries are all in its kind's format, or (a cut before it, a unit replayed)
         // all in the default one.
         txn.commit().map_err(s.failing("record keyspace"))?;
         let mut st = s.lock_state();
         st.runs_listed_durably(synced_runs);
-        match options.separate_values_from {
-            Some(from) => {
-                st.separated.insert(name.to_string(), u64::from(from));
-            }
-            None => {
-                st.runs.insert(name.to_string(), Arc::new(Vec::new()));
-            }
+        if let Some(from) = options.separate_values_from {
+            st.separated.insert(name.to_string(), u64::from(from));
+        }
+        if runs {
+            st.runs.insert(name.to_string(), Arc::new(Vec::new()));
         }
         Ok(db)
     }
@@ -1206,29 +1269,7 @@ impl JournalEngine {
                 .map_err(|e| Error::storage(ENGINE_NAME, "read", e))?
             {
                 let (key, value) = item.map_err(|e| Error::storage(ENGINE_NAME, "read", e))?;
-                let (key, stored) = (key.value(), value.value());
-                k.entries += 1;
-                k.logical_bytes += key.len() as u64;
-                if !separating {
-                    k.logical_bytes += stored.len() as u64;
-                    continue;
-                }
-                match ValueAt::decode(stored) {
-                    Ok(Some(at)) => {
-                        k.logical_bytes += u64::from(at.len);
-                        k.values_in_journal += 1;
-                        k.values_in_journal_bytes += u64::from(at.len);
-                    }
-                    Ok(None) => k.logical_bytes += stored.len() as u64 - 1,
-                    Err(reason) => {
-                        return Err(Error::Corrupt {
-                            db: name.clone(),
-                            key: key.to_vec(),
-                            height: None,
-                            reason,
-                        });
-                    }
-                }
+                k.count(&name, separating, key.value(), value.value())?;
             }
             usage.keyspaces.insert(name, k);
         }
@@ -1240,10 +1281,11 @@ impl JournalEngine {
                 ..KeyspaceUsage::default()
             };
             usage.run_file_bytes += k.index_bytes;
+            let separating = separated.contains_key(&name);
             for op in MergedRuns::over(&list, &KeyRange::all(), Direction::Forward, false) {
                 let (key, value) = op?;
-                k.entries += 1;
-                k.logical_bytes += (key.len() + value.map_or(0, |v| v.len())) as u64;
+                let value = value.expect("invariant: tombstones are left out");
+                k.count(&name, separating, &key, &value)?;
             }
             usage.keyspaces.insert(name, k);
         }
@@ -1419,6 +1461,8 @@ struct WrittenMerge {
     /// The runs merged, newest first: the keyspace's newest runs when the merge began.
     inputs: Vec<Arc<Run>>,
     out: Arc<Run>,
+    /// The bytes the output's pointers lead to, per segment (empty unless separating).
+    out_pointers: RunPointers,
 }
 
 /// Where a written merge's inputs stand in its keyspace's read list `runs` (newest first):
@@ -2283,13 +2327,7 @@ impl Shared {
                     ranges.push((offset, len));
                 }
             }
-            for (segment, bytes) in applied.live_now {
-                if bytes == 0 {
-                    st.live.remove(&segment);
-                } else {
-                    st.live.insert(segment, bytes);
-                }
-            }
+            st.note_live(applied.live_now);
             // The step's runs become readable under the same lock as its units leave the
             // overlay: a reader sees each op in one of them, never in neither.
             for (name, run) in applied.new_runs {
@@ -2406,12 +2444,73 @@ impl Shared {
                 }
                 let sections: Vec<_> = parts.iter().map(|(ordered, ..)| *ordered).collect();
                 let keys_max = sections.iter().map(|s| s.len() as u64).sum();
-                let ops = NewestPerKey::new(sections).map(|(k, v)| Ok((k.clone(), v.clone())));
-                let run = self.write_run(name, ops, keys_max)?;
+                let (run, pointers) = match separated.get(name) {
+                    None => {
+                        let ops =
+                            NewestPerKey::new(sections).map(|(k, v)| Ok((k.clone(), v.clone())));
+                        self.write_run(name, ops, keys_max, false)?
+                    }
+                    Some(&from) => {
+                        // ADR 0016: the run holds each value in the tree's stored form, a
+                        // large one as a pointer to its bytes in its unit.
+                        let values_at: Vec<Vec<Option<u64>>> = parts
+                            .iter()
+                            .map(|(_, ops, _, layout)| {
+                                let mut layout = *layout;
+                                ops.iter()
+                                    .map(|(k, v)| layout.op(k.len(), v.as_ref().map(|v| v.len())))
+                                    .collect()
+                            })
+                            .collect();
+                        let mut newest = NewestPerKey::new(sections);
+                        let ops = std::iter::from_fn(|| {
+                            let (section, in_unit, (k, v)) = newest.next_placed()?;
+                            let stored = v.as_ref().map(|v| {
+                                if v.len() as u64 >= from {
+                                    let unit = parts[section].2;
+                                    let at = ValueAt {
+                                        segment: unit.segment,
+                                        offset: unit.offset
+                                            + values_at[section][in_unit]
+                                                .expect("invariant: a put has a value"),
+                                        len: u32::try_from(v.len())
+                                            .expect("invariant: a unit's values are under 4 GiB"),
+                                        crc: crc32fast::hash(v),
+                                    };
+                                    let mut stored = Vec::with_capacity(POINTER_BYTES);
+                                    at.encode(&mut stored);
+                                    value_ranges.push((at.segment, at.offset, u64::from(at.len)));
+                                    kept += 1;
+                                    Bytes::from(stored)
+                                } else {
+                                    let mut stored = Vec::with_capacity(1 + v.len());
+                                    stored.push(VALUE_INLINE);
+                                    stored.extend_from_slice(v);
+                                    Bytes::from(stored)
+                                }
+                            });
+                            Some(Ok((k.clone(), stored)))
+                        });
+                        self.write_run(name, ops, keys_max, true)?
+                    }
+                };
                 txn.open_table(RUNS)
                     .map_err(self.failing("open runs"))?
                     .insert((name, run.id()), RUN_LEVEL)
                     .map_err(self.failing("write runs"))?;
+                // Crash: the run's pointer rows and the live bytes they add are in this
+                // step's transaction with its manifest row: durable together or not at all.
+                if !pointers.is_empty() {
+                    let mut rows = txn
+                        .open_table(RUN_VALUES)
+                        .map_err(self.failing("open run values"))?;
+                    for (&segment, &bytes) in &pointers {
+                        rows.insert((name, run.id(), segment), bytes)
+                            .map_err(self.failing("write run values"))?;
+                        *delta.entry(segment).or_default() +=
+                            i64::try_from(bytes).expect("live bytes fit i64");
+                    }
+                }
                 new_runs.push((name.to_string(), run));
                 continue;
             }
@@ -2490,6 +2589,35 @@ impl Shared {
                 }
             }
         }
+        let live_now = self.write_live(&txn, delta)?;
+        {
+            let mut meta = txn.open_table(META).map_err(self.failing("open meta"))?;
+            let last = units.last().expect("non-empty").seq;
+            meta.insert(META_APPLIED_SEQ, last)
+                .map_err(self.failing("write meta"))?;
+        }
+        self.step.point();
+        txn.commit().map_err(self.failing("commit"))?;
+        bump(&self.counters.values_kept_in_journal, kept);
+        Ok(Applied {
+            live_now,
+            segments_started: units
+                .iter()
+                .filter(|u| u.offset == 0)
+                .map(|u| u.segment)
+                .collect(),
+            value_ranges,
+            new_runs,
+        })
+    }
+
+    /// Applies `delta` (segment → change of the bytes pointers lead to in it) to [`LIVE`] in
+    /// `txn`; returns the new live bytes of each segment that changed (0: no row left).
+    fn write_live(
+        &self,
+        txn: &redb::WriteTransaction,
+        delta: BTreeMap<u64, i64>,
+    ) -> Result<Vec<(u64, u64)>> {
         let mut live_now = Vec::new();
         if !delta.is_empty() {
             let mut live = txn.open_table(LIVE).map_err(self.failing("open live"))?;
@@ -2520,30 +2648,14 @@ impl Shared {
                 live_now.push((segment, now));
             }
         }
-        {
-            let mut meta = txn.open_table(META).map_err(self.failing("open meta"))?;
-            let last = units.last().expect("non-empty").seq;
-            meta.insert(META_APPLIED_SEQ, last)
-                .map_err(self.failing("write meta"))?;
-        }
-        self.step.point();
-        txn.commit().map_err(self.failing("commit"))?;
-        bump(&self.counters.values_kept_in_journal, kept);
-        Ok(Applied {
-            live_now,
-            segments_started: units
-                .iter()
-                .filter(|u| u.offset == 0)
-                .map(|u| u.segment)
-                .collect(),
-            value_ranges,
-            new_runs,
-        })
+        Ok(live_now)
     }
 
     /// Writes `ops` (strictly increasing keys, at most `keys_max` of them: the room its key
-    /// hashes get at once) as a new run of `keyspace`, not synced, and opens it. A failure
-    /// poisons the engine: the run may be partial, and is not listed.
+    /// hashes get at once) as a new run of `keyspace`, not synced, and opens it. With
+    /// `separating` the values are in the stored form (inline or pointer, ADR 0016), and the
+    /// second result is the bytes the run's pointers lead to, per segment (empty without).
+    /// A failure poisons the engine: the run may be partial, and is not listed.
     // Crash: a cut while it is written leaves a partial run no manifest lists: the next
     // open deletes it and replays the units it held.
     fn write_run(
@@ -2551,9 +2663,10 @@ impl Shared {
         keyspace: &str,
         ops: impl Iterator<Item = Result<UnitOp>>,
         keys_max: u64,
-    ) -> Result<Arc<Run>> {
+        separating: bool,
+    ) -> Result<(Arc<Run>, RunPointers)> {
         let id = self.take_run_id();
-        self.write_run_as(keyspace, id, ops, keys_max)
+        self.write_run_as(keyspace, id, ops, keys_max, separating)
     }
 
     /// The id the next run takes (ids are never reused).
@@ -2570,7 +2683,8 @@ impl Shared {
         id: u64,
         ops: impl Iterator<Item = Result<UnitOp>>,
         keys_max: u64,
-    ) -> Result<Arc<Run>> {
+        separating: bool,
+    ) -> Result<(Arc<Run>, RunPointers)> {
         let path = runs_dir(&self.dir, keyspace).join(run_file_name(id));
         self.step.point();
         let file = self
@@ -2581,8 +2695,22 @@ impl Shared {
             RunWriter::with_block_bytes(file, keyspace, id, self.options.run_block_bytes)
                 .map_err(|e| self.fail(e))?;
         writer.reserve_keys(usize::try_from(keys_max).unwrap_or(usize::MAX));
+        let mut pointers = RunPointers::new();
         for op in ops {
             let (k, v) = op.map_err(|e| self.fail(e))?;
+            if separating && let Some(stored) = &v {
+                let at = ValueAt::decode(stored).map_err(|reason| {
+                    self.fail(Error::Corrupt {
+                        db: format!("{ENGINE_NAME} run {id} of keyspace {keyspace}"),
+                        key: k.to_vec(),
+                        height: None,
+                        reason,
+                    })
+                })?;
+                if let Some(at) = at {
+                    *pointers.entry(at.segment).or_default() += u64::from(at.len);
+                }
+            }
             writer.push(&k, v.as_deref()).map_err(|e| self.fail(e))?;
         }
         let meta = writer.finish().map_err(|e| self.fail(e))?;
@@ -2598,7 +2726,7 @@ impl Shared {
             "invariant: the run opened is the run written"
         );
         bump(&self.counters.run_bytes_written, run.file_bytes());
-        Ok(Arc::new(run))
+        Ok((Arc::new(run), pointers))
     }
 
     /// A durable redb commit recording `applied_seq` and the first segment still needed;
@@ -2806,7 +2934,9 @@ impl Shared {
             stopped: false,
         };
         let keys_max = inputs.iter().map(|r| r.ops()).sum();
-        let out = self.write_run_as(&keyspace, id, &mut merged, keys_max)?;
+        let separating = self.lock_state().separated.contains_key(&keyspace);
+        let (out, out_pointers) =
+            self.write_run_as(&keyspace, id, &mut merged, keys_max, separating)?;
         if merged.stopped {
             drop(out);
             // Crash: the file is listed nowhere; an unlink lost in a cut leaves it for the
@@ -2820,6 +2950,7 @@ impl Shared {
             keyspace,
             inputs,
             out,
+            out_pointers,
         }))
     }
 
@@ -2834,6 +2965,7 @@ impl Shared {
             keyspace: name,
             inputs,
             out,
+            out_pointers,
         } = merge;
         // Checked before the manifest is written, so a broken invariant leaves the index as
         // it was. The apply lock is held (by the caller) from here to the list's change, so
@@ -2861,6 +2993,47 @@ impl Shared {
                     .map_err(self.failing("write runs"))?;
             }
         }
+        // A separating keyspace (ADR 0016): the inputs' pointer rows leave with them and the
+        // output's come in; the live bytes change by the pointers the merge dropped (keys it
+        // found newer ops for), in this transaction with the manifest.
+        let live_now = if self.lock_state().separated.contains_key(&name) {
+            let mut delta: BTreeMap<u64, i64> = BTreeMap::new();
+            let mut rows = txn
+                .open_table(RUN_VALUES)
+                .map_err(self.failing("open run values"))?;
+            for r in &inputs {
+                let from = (name.as_str(), r.id(), 0u64);
+                let through = (name.as_str(), r.id(), u64::MAX);
+                let held: Vec<(u64, u64)> = rows
+                    .range(from..=through)
+                    .map_err(self.failing("read run values"))?
+                    .map(|item| item.map(|(k, v)| (k.value().2, v.value())))
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(self.failing("read run values"))?;
+                for (segment, bytes) in held {
+                    rows.remove((name.as_str(), r.id(), segment))
+                        .map_err(self.failing("write run values"))?;
+                    *delta.entry(segment).or_default() -=
+                        i64::try_from(bytes).expect("live bytes fit i64");
+                }
+            }
+            for (&segment, &bytes) in &out_pointers {
+                rows.insert((name.as_str(), out.id(), segment), bytes)
+                    .map_err(self.failing("write run values"))?;
+                *delta.entry(segment).or_default() +=
+                    i64::try_from(bytes).expect("live bytes fit i64");
+            }
+            drop(rows);
+            // A merge keeps or drops its inputs' ops, never makes one: its output points at
+            // no byte an input did not.
+            assert!(
+                delta.values().all(|change| *change <= 0),
+                "invariant: a merge's output points only where its inputs did"
+            );
+            self.write_live(&txn, delta)?
+        } else {
+            Vec::new()
+        };
         self.step.point();
         txn.commit().map_err(self.failing("commit"))?;
         bump(&self.counters.run_merges, 1);
@@ -2868,6 +3041,7 @@ impl Shared {
             bump(&self.counters.merges_behind_newer_runs, 1);
         }
         let mut st = self.lock_state();
+        st.note_live(live_now);
         let now = st
             .runs
             .get_mut(&name)
@@ -3178,6 +3352,14 @@ impl Shared {
         })
     }
 
+    /// [`Self::stored_value`] for a run's stored value: an inline one is sliced, not copied.
+    fn run_value(&self, db: &str, key: &[u8], stored: Bytes) -> Result<Bytes> {
+        if stored.first() == Some(&VALUE_INLINE) {
+            return Ok(stored.slice(1..));
+        }
+        self.stored_value(db, key, &stored)
+    }
+
     /// The value an index entry of a separating keyspace stands for: its inline bytes, or
     /// the bytes its pointer leads to, checked against the pointer's crc32.
     fn stored_value(&self, db: &str, key: &[u8], stored: &[u8]) -> Result<Bytes> {
@@ -3228,6 +3410,8 @@ impl Shared {
 
 /// A keyspace's readable runs, newest first; replaced, never changed, once shared.
 type RunList = Arc<Vec<Arc<Run>>>;
+/// The bytes a run's pointers lead to, per segment (a separating runs keyspace's; ADR 0016).
+type RunPointers = BTreeMap<u64, u64>;
 
 /// What a read sees ([`Shared::snapshot`]): the overlay's answer, redb's read
 /// transaction, a separating keyspace's pin, and a runs keyspace's runs, newest first.
@@ -3363,7 +3547,14 @@ impl Db for JournalDb {
                 .zip(hits)
                 .map(|(k, hit)| match hit {
                     Some(v) => Ok(v),
-                    None => get_from_runs(&runs, k),
+                    None => match (get_from_runs(&runs, k)?, &pin) {
+                        (None, _) => Ok(None),
+                        (Some(v), None) => Ok(Some(v)),
+                        // A separating keyspace's runs hold the stored form (ADR 0016).
+                        (Some(stored), Some(_)) => {
+                            self.shared().run_value(&self.name, k, stored).map(Some)
+                        }
+                    },
                 })
                 .collect();
         }

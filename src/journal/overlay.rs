@@ -192,10 +192,11 @@ impl<'a> NewestPerKey<'a> {
     }
 }
 
-impl<'a> Iterator for NewestPerKey<'a> {
-    type Item = &'a UnitOp;
-
-    fn next(&mut self) -> Option<&'a UnitOp> {
+impl<'a> NewestPerKey<'a> {
+    /// The next key's newest op, with where it comes from: the section (its index in the
+    /// order given to [`NewestPerKey::new`]) and the op's index in that section's unit order
+    /// (what a unit's layout follows, to place the op's value in its unit).
+    pub(crate) fn next_placed(&mut self) -> Option<(usize, usize, &'a UnitOp)> {
         let Reverse((key, mut newest, mut at)) = self.next.pop()?;
         self.advance(newest, at);
         // Every other section writing `key` is older or newer: the newest one's op wins.
@@ -210,9 +211,17 @@ impl<'a> Iterator for NewestPerKey<'a> {
             }
             self.advance(i, pos);
         }
-        let op = self.sections[newest].nth(at).1;
+        let (in_unit, op) = self.sections[newest].nth(at);
         debug_assert_eq!(&op.0[..], key, "invariant: the op given is the key's");
-        Some(op)
+        Some((newest, in_unit, op))
+    }
+}
+
+impl<'a> Iterator for NewestPerKey<'a> {
+    type Item = &'a UnitOp;
+
+    fn next(&mut self) -> Option<&'a UnitOp> {
+        self.next_placed().map(|(_, _, op)| op)
     }
 }
 

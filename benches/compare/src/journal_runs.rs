@@ -38,7 +38,8 @@ fn sabotage_heights() -> bool {
 
 /// `FPJ_PREPARE=0` turns prepared segments off (`JournalOptions::prepare_segments`), to
 /// measure what they change; `FPJ_SEPARATE=0` keeps block parts in the index;
-/// `FPJ_APP_RUNS=0` keeps the app's state in the index's tree instead of sorted runs;
+/// `FPJ_APP_RUNS=0` keeps the app's state in the index's tree instead of sorted runs, and
+/// `FPJ_APP_SEPARATE=0` keeps the app's large values in its runs (ADR 0016);
 /// `FPJ_APPLY_DELAY_MS` sets `JournalOptions::apply_batch_delay`; `FPJ_INDEX_CACHE_MIB`,
 /// `FPJ_CHECKPOINT_MIB` and `FPJ_OVERLAY_MIB` set `index_cache_bytes`, `checkpoint_bytes` and
 /// `overlay_bytes_max`, and `FPJ_PREPARED_BELOW_KIB` `prepared_units_below_bytes`, to measure
@@ -79,11 +80,18 @@ fn open(dir: &Path) -> Result<JournalEngine, String> {
             )
             .map_err(fp_err("block store keyspace"))?;
     }
-    // As a new journal home does (ADR 0014): the app's state in sorted runs. `FPJ_APP_RUNS=0`
-    // keeps it in the index's tree, to measure what that changes.
+    // As a new journal home does (ADR 0014, 0016): the app's state in sorted runs, its large
+    // values written once, to the journal. `FPJ_APP_RUNS=0` keeps it in the index's tree and
+    // `FPJ_APP_SEPARATE=0` its values in its runs, to measure what each changes.
     if std::env::var("FPJ_APP_RUNS").map_or(true, |v| v != "0") {
+        let runs = KeyspaceOptions::indexed_by_runs();
+        let options = if std::env::var("FPJ_APP_SEPARATE").map_or(true, |v| v != "0") {
+            runs.with_values_separated_from(SEPARATE_VALUES_FROM_BYTES)
+        } else {
+            runs
+        };
         engine
-            .keyspace_with(KEYSPACES[2], KeyspaceOptions::indexed_by_runs())
+            .keyspace_with(KEYSPACES[2], options)
             .map_err(fp_err("app keyspace"))?;
     }
     Ok(engine)

@@ -96,12 +96,13 @@ pub struct SyncArgs {
     /// the app hash is the same either way.
     #[arg(long, value_enum, default_value_t = PrefetchArg::Off)]
     pub prefetch: PrefetchArg,
-    /// Page cache of the home's storage, in MiB: a journal home's index [default: 64], or
-    /// a redb home's three databases, a third each [default: 192, 64 each]. A larger cache
-    /// keeps more of a large app state in memory: block sync is faster at scale and the
-    /// process holds more (300k light blocks, journal, before the tenth session's defaults:
-    /// 58 s at 192 MiB, 41 s at 768 MiB; peak RSS 1.2 → 2.0 GiB;
-    /// benches/compare/PERFORMANCE.md, "The index cache").
+    /// Page cache of the home's storage, in MiB: a journal home's index [default: 8], or a
+    /// redb home's three databases, a third each [default: 192, 64 each]. On a redb home a
+    /// larger cache keeps more of a large app state in memory: block sync is faster at
+    /// scale and the process holds more (300k light blocks: 58 s at 192 MiB, 41 s at 768
+    /// MiB; peak RSS 1.2 → 2.0 GiB). A journal home's index holds small records only (the
+    /// app's state is in runs, parts and large values in the journal): 8 MiB syncs as fast
+    /// as 64 (benches/compare/PERFORMANCE.md, "The index cache, again").
     #[arg(long, value_name = "MIB")]
     pub cache_mib: Option<u64>,
 }
