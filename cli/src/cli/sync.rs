@@ -963,7 +963,7 @@ mod tests {
         );
         assert_eq!(d.redb.cache_bytes, defaults.redb.cache_bytes);
         // The flag's documented defaults are the engines' own.
-        assert_eq!(defaults.journal.index_cache_bytes, 64 << 20);
+        assert_eq!(defaults.journal.index_cache_bytes, 8 << 20);
         assert_eq!(defaults.redb.cache_bytes * 3, 192 << 20);
     }
 
