@@ -1096,9 +1096,9 @@ impl JournalEngine {
         // merger may be writing one, unlisted).
         let synced_runs = s.sync_runs()?;
         // Crash: the records (and a separating tree keyspace's empty table) are durable
-        // together or not at all; no unit of this keyspace is applied before it (the apply lock), so
-        // its entries are all in its kind's format, or (a cut before it, a unit replayed)
-        // all in the default one.
+        // together or not at all; no unit of this keyspace is applied before it (the apply
+        // lock), so its entries are all in its kind's format, or (a cut before it, a unit
+        // replayed) all in the default one.
         txn.commit().map_err(s.failing("record keyspace"))?;
         let mut st = s.lock_state();
         st.runs_listed_durably(synced_runs);
@@ -2996,6 +2996,10 @@ impl Shared {
         // A separating keyspace (ADR 0016): the inputs' pointer rows leave with them and the
         // output's come in; the live bytes change by the pointers the merge dropped (keys it
         // found newer ops for), in this transaction with the manifest.
+        // Crash: a cut before the checkpoint that makes this commit durable leaves the
+        // inputs listed with their rows and live bytes (the output unlisted, deleted on
+        // open); after it, the output's rows and the lowered live bytes, and a segment no
+        // pointer holds any more is doomed only by a checkpoint that finds it so.
         let live_now = if self.lock_state().separated.contains_key(&name) {
             let mut delta: BTreeMap<u64, i64> = BTreeMap::new();
             let mut rows = txn
