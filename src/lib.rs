@@ -109,8 +109,8 @@ pub use journal::{
 };
 pub use node::{
     DeferredWrites, Event, EventKind, EventSink, FLUSH_BYTES_MAX, FLUSH_INTERVAL, FlushInputs,
-    FlushPolicy, FlushReport, FlushTrigger, HELD_KEY_BYTES, HandshakeCase, HandshakeReport, Mode,
-    NoEvents, Node, NodeDb, Observed, ReadView, classify, observe,
+    FlushPolicy, FlushReport, FlushTrigger, HELD_KEY_BYTES, HandshakeCase, HandshakeReport,
+    HeldEvents, Mode, NoEvents, Node, NodeDb, Observed, ReadView, classify, observe,
 };
 pub use prefetch::{
     PREFETCH_BATCH_KEYS, PREFETCH_ENTRY_OVERHEAD_BYTES, PREFETCH_SESSION_BYTES_MAX,

@@ -443,3 +443,52 @@ fn stop_and_drop_leave_the_window_in_flight_on_disk() {
         assert!(app.is_some(), "stop {stop}: the app's batch was written");
     }
 }
+
+/// Every event a held window fires is the one the chain emitted, in block order, once:
+/// the same list, field for field, as the consensus path fires (each block's events fired
+/// straight from the chain as it is committed, never held; the oracle), for background and
+/// synchronous flush points. Planted: a held window that drops every transaction event but
+/// a block's first (in `HeldEvents::push`) — caught here (`NewBlock` heights alone, which
+/// the tests above compare, did not catch it).
+#[test]
+fn held_events_fire_as_the_consensus_path_fires_them() {
+    const BLOCKS: u64 = 10;
+    let oracle = {
+        let mut r = rig(never());
+        let s = spec();
+        for _ in 0..BLOCKS {
+            let (b, p, c) = s.next_block(r.n().state());
+            r.n().commit_block(&b, &p, &c).unwrap();
+        }
+        r.fired.lock().unwrap().clone()
+    };
+    let txs = oracle
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Tx { .. }))
+        .count();
+    assert!(
+        txs as u64 > BLOCKS,
+        "the chain's blocks carry transactions ({txs} events)"
+    );
+    // Negative control: the comparison tells a list with one transaction event missing.
+    let mut short = oracle.clone();
+    let at = short
+        .iter()
+        .rposition(|e| matches!(e.kind, EventKind::Tx { .. }))
+        .unwrap();
+    short.remove(at);
+    assert_ne!(short, oracle);
+
+    for background in [true, false] {
+        let mut r = rig(never());
+        let now = Instant::now();
+        r.n().start_block_sync(policy(background), now).unwrap();
+        sync(&mut r, BLOCKS, now).unwrap();
+        r.take().stop(now).unwrap();
+        let fired = r.fired.lock().unwrap().clone();
+        assert_eq!(
+            fired, oracle,
+            "background {background}: the held windows' events differ from the chain's"
+        );
+    }
+}

@@ -1,6 +1,8 @@
 //! The allocator of the `flushpoint` tool and of the `compare` bench (which includes this
-//! file, so that both run every engine on the same allocator): mimalloc, told to keep the
-//! small pages it frees and to take large objects from the OS and give them back at once.
+//! file, so that both run every engine on the same allocator): mimalloc, giving the pages
+//! it frees back to the OS after a second and taking large objects from the OS and giving
+//! them back at once; and the process told not to back its memory with transparent huge
+//! pages.
 //!
 //! Why mimalloc: the journal engine frees on its applier thread the keys and values the block
 //! loop allocated (a window's writes, once applied). glibc's `free` of another thread's block
@@ -8,11 +10,14 @@
 //! took 26.7–29.1 s against 18.5–21.0 s with mimalloc (`benches/compare/PERFORMANCE.md`,
 //! "The allocator"). The library leaves the choice to the embedder.
 //!
-//! Why keep freed memory: by default mimalloc gives pages it finds free back to the OS after
-//! a second. The block loop then faults them back in (zeroed, as transparent huge pages) for the
-//! next window: 77k–94k page faults and ~10 % of the block loop's CPU (`clear_page_erms`) in
-//! an 8 s journal sync, against ~1.1k faults with purging off (PERFORMANCE.md, "Freed memory
-//! kept"). Peak RSS moved little in those runs: 1,001–1,083 MiB purging, 1,084–1,094 kept.
+//! Why freed pages go back after a second (mimalloc v3's own default, pinned here): from the
+//! ninth to the twenty-first session the tool kept every freed page ("never purge"), because
+//! with transparent huge pages the block loop faulted purged memory back in 2 MiB at a time,
+//! zeroed: ~10 % of its CPU (`clear_page_erms`; PERFORMANCE.md, "Freed memory kept"). With
+//! huge pages off (below) a page comes back 4 KiB at a time, as it is touched, and pages
+//! freed for longer than a second are the arena's spans no window reuses: with both, peak
+//! RSS at 300k light blocks 340 → 275 MiB at the same speed (medians of 4 interleaved
+//! rounds; PERFORMANCE.md, "Transparent huge pages off, freed pages back after a second").
 //!
 //! Why large objects from the OS: a window's large buffers (its 1 MiB chunks, its entry
 //! table and key order, a unit's op vector: 1–14 MiB each, sized by the window) change size
@@ -21,6 +26,13 @@
 //! around it, and the arena grows all run long: peak RSS 452–491 MiB at 300k light blocks
 //! while the live heap peaks at 272–320 MiB. Mapped and unmapped per object, they leave
 //! RSS when freed (PERFORMANCE.md, "Large objects from the OS").
+//!
+//! Why no transparent huge pages: mimalloc advises the kernel to back its arena with 2 MiB
+//! pages, so a page touched anywhere is resident whole, and the arena's partly used spans
+//! hold whole huge pages. Without them (freed pages still kept), peak RSS at 300k light
+//! blocks fell from 340 to 304 MiB at the same speed (medians of 7 rounds in two
+//! interleaved runs; PERFORMANCE.md, "Transparent huge pages off, freed pages back after a
+//! second").
 
 /// mimalloc's `mi_option_purge_delay` (the position in its `mi_option_e`, the same in its v2
 /// and v3 headers; the test below checks that it reads as mimalloc's default).
@@ -30,8 +42,13 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// "(=10)" is v2's).
 const MI_DEFAULT_PURGE_DELAY_MS: std::ffi::c_long = 1000;
 
-/// A purge delay of -1: mimalloc never gives freed pages back to the OS.
-const NEVER_PURGE: std::ffi::c_long = -1;
+/// The purge delay this program runs with, in milliseconds: a page freed for this long goes
+/// back to the OS. Why a second: a light window fills in ~0.5 s, so the pages one window
+/// frees are taken again by the next before they are purged (no page faults on the block
+/// loop for them), and what stays free longer is memory no window reuses. It is mimalloc
+/// v3's default; set here so that a mimalloc with another default (v2's is 10 ms) runs as
+/// measured.
+pub const PURGE_DELAY_MS: std::ffi::c_long = 1000;
 
 /// The environment variable by which mimalloc takes its purge delay: when it is set, the
 /// operator's value stands.
@@ -61,23 +78,53 @@ pub const ARENA_MAX_OBJECT_KIB: std::ffi::c_long = 2 * 1024;
 /// `2M` or `2048K`.)
 pub const ARENA_MAX_OBJECT_ENV: &str = "MIMALLOC_ARENA_MAX_OBJECT_SIZE";
 
-/// Sets mimalloc's options for this program: freed pages kept ([`keep_freed_memory`]) and
-/// large objects from the OS ([`map_large_objects`]). Call it first thing in `main`, before
-/// other threads start.
+/// The environment variable by which mimalloc takes whether it may use transparent huge
+/// pages: when it is set, the operator's choice stands (mimalloc applies it itself, at its
+/// start).
+pub const ALLOW_THP_ENV: &str = "MIMALLOC_ALLOW_THP";
+
+/// mimalloc's `mi_option_allow_thp` (v3 only; the test below checks that it reads as v3's
+/// default, 1).
+const MI_OPTION_ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
+
+/// Sets mimalloc's options for this program: freed pages back after a second
+/// ([`purge_after_a_second`]), large objects from the OS ([`map_large_objects`]) and no
+/// transparent huge pages ([`no_transparent_huge_pages`]). Call it first thing in `main`,
+/// before other threads start.
 pub fn configure() {
-    keep_freed_memory();
+    purge_after_a_second();
     map_large_objects();
+    no_transparent_huge_pages();
 }
 
-/// Tells mimalloc to keep the pages it frees, unless the operator set [`PURGE_DELAY_ENV`] or
-/// the option does not read as mimalloc's default (a mimalloc that numbers its options
-/// differently is left as it is).
-fn keep_freed_memory() {
+/// Tells the kernel not to back this process's memory with transparent huge pages, and
+/// mimalloc not to ask for them, unless the operator set [`ALLOW_THP_ENV`]. (mimalloc reads
+/// its own option once, when it starts, before `main`: the process flag is set here.) The
+/// flag is the kernel's per-process one (`PR_SET_THP_DISABLE`), inherited by children; on a
+/// system without it (not Linux) nothing changes.
+fn no_transparent_huge_pages() {
+    if std::env::var_os(ALLOW_THP_ENV).is_some() {
+        return;
+    }
+    set_unless_operator_or_unknown(ALLOW_THP_ENV, MI_OPTION_ALLOW_THP, 1, 0);
+    #[cfg(target_os = "linux")]
+    // SAFETY: `prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0)` takes integers only and sets a flag
+    // of the calling process; its failure (an old kernel) leaves huge pages as they were.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
+}
+
+/// Sets mimalloc's purge delay to [`PURGE_DELAY_MS`], unless the operator set
+/// [`PURGE_DELAY_ENV`] or the option does not read as mimalloc's default (a mimalloc that
+/// numbers its options differently is left as it is).
+fn purge_after_a_second() {
     set_unless_operator_or_unknown(
         PURGE_DELAY_ENV,
         MI_OPTION_PURGE_DELAY,
         MI_DEFAULT_PURGE_DELAY_MS,
-        NEVER_PURGE,
+        PURGE_DELAY_MS,
     );
 }
 
@@ -120,10 +167,11 @@ mod tests {
     use super::*;
 
     /// The option number names the purge delay: it reads as mimalloc's default before, and
-    /// as "never" after. A wrong number (planted: 14, the deprecated eager-commit delay)
-    /// reads otherwise, and this test fails.
+    /// as [`PURGE_DELAY_MS`] after (the same on v3: this pins what was measured). A wrong
+    /// number (planted: 14, the deprecated eager-commit delay) reads otherwise, and this test
+    /// fails; so does a return to "never" (-1).
     #[test]
-    fn the_purge_delay_option_reads_as_mimallocs_default_then_never() {
+    fn the_purge_delay_option_reads_as_mimallocs_default_then_a_second() {
         if std::env::var_os(PURGE_DELAY_ENV).is_some() {
             eprintln!("{PURGE_DELAY_ENV} is set; the default cannot be read");
             return;
@@ -131,14 +179,14 @@ mod tests {
         #[allow(unsafe_code)]
         let read = || unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
         let before = read();
-        keep_freed_memory();
+        purge_after_a_second();
         let after = read();
         // Other tests may run first in this process and have set it already.
         assert!(
-            before == MI_DEFAULT_PURGE_DELAY_MS || before == NEVER_PURGE,
+            before == MI_DEFAULT_PURGE_DELAY_MS || before == PURGE_DELAY_MS,
             "option {MI_OPTION_PURGE_DELAY} read {before}: not mimalloc's purge delay"
         );
-        assert_eq!(after, NEVER_PURGE);
+        assert_eq!(after, PURGE_DELAY_MS);
     }
 
     /// Anonymous resident memory of this process, in bytes (`RssAnon` of
@@ -164,9 +212,9 @@ mod tests {
 
     /// The option number names mimalloc v3's largest arena object: it reads as v3's default
     /// before and as ours after (planted: 44, the minimal purge size, reads 0 and the test
-    /// fails). And it does what it is set for, with freed memory kept: a large object freed
-    /// in the arena stays resident (the negative control), and one above the option leaves
-    /// at once.
+    /// fails). And it does what it is set for: a large object freed in the arena stays
+    /// resident at once (the negative control: it is purged a second later at the earliest),
+    /// and one above the option leaves at once.
     #[test]
     fn large_objects_are_mapped_from_the_os_and_leave_when_freed() {
         if std::env::var_os(ARENA_MAX_OBJECT_ENV).is_some()
@@ -180,7 +228,9 @@ mod tests {
         #[allow(unsafe_code)]
         let read = || unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_ARENA_MAX_OBJECT_SIZE) };
         let before = read();
-        configure();
+        // Not `configure`: the huge-pages test alone touches the process's flag.
+        purge_after_a_second();
+        map_large_objects();
         assert!(
             before == MI_DEFAULT_ARENA_MAX_OBJECT_KIB || before == ARENA_MAX_OBJECT_KIB,
             "option {MI_OPTION_ARENA_MAX_OBJECT_SIZE} read {before}: not mimalloc v3's largest \
@@ -207,5 +257,50 @@ mod tests {
             given_back > OBJECT_BYTES as u64 - SLACK_BYTES,
             "an object above the arena's largest gave back only {given_back} bytes"
         );
+    }
+
+    /// The process's "no transparent huge pages" flag (`PR_GET_THP_DISABLE`).
+    #[cfg(target_os = "linux")]
+    fn thp_disabled() -> bool {
+        #[allow(unsafe_code)]
+        let flag = unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) };
+        flag == 1
+    }
+
+    /// The option number names mimalloc v3's `allow_thp`: it reads as v3's default (1), then
+    /// as ours (0; planted: 42, another option, reads 32 and fails). And the kernel's
+    /// flag is what the function sets: cleared first (the negative control reads it clear),
+    /// then set by the function (planted: the `prctl` call removed, the flag reads clear
+    /// and the test fails).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn transparent_huge_pages_are_turned_off_for_the_process() {
+        if std::env::var_os(ALLOW_THP_ENV).is_some() {
+            eprintln!("{ALLOW_THP_ENV} is set; the operator's choice stands");
+            return;
+        }
+        #[allow(unsafe_code)]
+        let read = || unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_ALLOW_THP) };
+        let before = read();
+        assert_eq!(
+            before, 1,
+            "option {MI_OPTION_ALLOW_THP} read {before}: not mimalloc v3's allow_thp"
+        );
+        // Only this test touches the flag (the others call the option setters, not
+        // `configure`).
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::prctl(libc::PR_SET_THP_DISABLE, 0, 0, 0, 0);
+        }
+        assert!(
+            !thp_disabled(),
+            "negative control: the flag reads set after clearing it"
+        );
+        no_transparent_huge_pages();
+        assert!(
+            thp_disabled(),
+            "huge pages are still allowed after the call"
+        );
+        assert_eq!(read(), 0);
     }
 }

@@ -177,8 +177,8 @@ pub struct DeferredWrites {
     pub last_flush: Instant,
     /// The height all three databases are durable at (F).
     pub flushed_height: u64,
-    /// Held events, per block, in block order.
-    pub held_events: Vec<Vec<super::Event>>,
+    /// Held events, in block order (compact until they fire: [`super::HeldEvents`]).
+    pub held_events: super::HeldEvents,
     /// Flush points taken.
     pub flush_points: u64,
     /// Most memory the open window took at once, over the three databases
@@ -193,7 +193,7 @@ impl DeferredWrites {
             policy,
             last_flush: now,
             flushed_height,
-            held_events: Vec::new(),
+            held_events: super::HeldEvents::new(),
             flush_points: 0,
             peak_held_bytes: 0,
         }

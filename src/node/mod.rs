@@ -28,7 +28,7 @@ pub use deferred::{
     DeferredWrites, FLUSH_BYTES_MAX, FLUSH_INTERVAL, FlushInputs, FlushPolicy, FlushReport,
     FlushTrigger, HELD_KEY_BYTES,
 };
-pub use events::{Event, EventKind, EventSink, NoEvents};
+pub use events::{Event, EventKind, EventSink, HeldEvents, NoEvents};
 pub use handshake::{HandshakeCase, Observed, classify};
 
 use std::sync::Arc;
@@ -189,7 +189,7 @@ struct InFlight {
     to: u64,
     trigger: FlushTrigger,
     /// The window's events, fired once the thread returned `Ok`.
-    events: Vec<Vec<Event>>,
+    events: HeldEvents,
     started: Instant,
     handle: flush_thread::FlushTicket,
 }
@@ -826,7 +826,7 @@ impl<C: Chain> Node<C> {
         self.save_checked(block, parts, seen_commit)?;
         let r = self.apply_validated(block);
         let events = self.poisoned(r)?;
-        self.deferred.held_events.push(events);
+        self.deferred.held_events.extend(&events);
         let held = self.held_memory();
         self.deferred.peak_held_bytes = self.deferred.peak_held_bytes.max(held);
         let taken = self.maybe_flush(now)?;
@@ -948,10 +948,8 @@ impl<C: Chain> Node<C> {
         // Step 4, as in a synchronous flush point: every database is durable at `f.to`
         // (the thread returned `Ok` after the app's batch); only now do the window's events
         // fire, in block order, once.
-        for events in f.events {
-            for e in &events {
-                self.sink.fire(e);
-            }
+        for e in f.events.iter() {
+            self.sink.fire(&e);
         }
         self.deferred.flushed_height = f.to;
         self.deferred.flush_points += 1;
@@ -1085,8 +1083,8 @@ impl<C: Chain> Node<C> {
         }
         // Planted bug (loom only, `tests/loom_flush.rs`): events fired before the writes.
         #[cfg(loom_bug_events_before_write)]
-        for events in std::mem::take(&mut self.deferred.held_events) {
-            events.iter().for_each(|e| self.sink.fire(e));
+        for e in std::mem::take(&mut self.deferred.held_events).iter() {
+            self.sink.fire(&e);
         }
         // The synchronous write starts now: the wait for the window in flight, if any, is
         // that window's report's.
@@ -1096,10 +1094,8 @@ impl<C: Chain> Node<C> {
         // Step 4: every database is durable at `to`; the window's events fire, in block
         // order, once. Moving this above the writes would fire events for blocks a crash
         // can still lose.
-        for events in std::mem::take(&mut self.deferred.held_events) {
-            for e in &events {
-                self.sink.fire(e);
-            }
+        for e in std::mem::take(&mut self.deferred.held_events).iter() {
+            self.sink.fire(&e);
         }
         self.deferred.flushed_height = to;
         // Planted bug (loom only): the timer's flush point leaves F stale, so the next flush
