@@ -15,9 +15,10 @@
 //! with transparent huge pages the block loop faulted purged memory back in 2 MiB at a time,
 //! zeroed: ~10 % of its CPU (`clear_page_erms`; PERFORMANCE.md, "Freed memory kept"). With
 //! huge pages off (below) a page comes back 4 KiB at a time, as it is touched, and pages
-//! freed for longer than a second are the arena's spans no window reuses: with both, peak
-//! RSS at 300k light blocks 340 → 275 MiB at the same speed (medians of 4 interleaved
-//! rounds; PERFORMANCE.md, "Transparent huge pages off, freed pages back after a second").
+//! freed for longer than a second are the arena's spans no window reuses: with both (and
+//! the node's compact held events), peak RSS at 300k light blocks 329 → 276 MiB for 1–6 %
+//! of block sync speed (medians of 4 interleaved rounds in two runs; PERFORMANCE.md, "Where
+//! the peak RSS goes, again").
 //!
 //! Why large objects from the OS: a window's large buffers (its 1 MiB chunks, its entry
 //! table and key order, a unit's op vector: 1–14 MiB each, sized by the window) change size
@@ -30,9 +31,8 @@
 //! Why no transparent huge pages: mimalloc advises the kernel to back its arena with 2 MiB
 //! pages, so a page touched anywhere is resident whole, and the arena's partly used spans
 //! hold whole huge pages. Without them (freed pages still kept), peak RSS at 300k light
-//! blocks fell from 340 to 304 MiB at the same speed (medians of 7 rounds in two
-//! interleaved runs; PERFORMANCE.md, "Transparent huge pages off, freed pages back after a
-//! second").
+//! blocks fell from 340 to 304 MiB, the time within the runs' noise (0–7 %; medians of 7
+//! rounds in two interleaved runs; PERFORMANCE.md, "Where the peak RSS goes, again").
 
 /// mimalloc's `mi_option_purge_delay` (the position in its `mi_option_e`, the same in its v2
 /// and v3 headers; the test below checks that it reads as mimalloc's default).
@@ -87,6 +87,12 @@ pub const ALLOW_THP_ENV: &str = "MIMALLOC_ALLOW_THP";
 /// default, 1).
 const MI_OPTION_ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
 
+/// mimalloc v3's default for `allow_thp`: huge pages allowed.
+const MI_DEFAULT_ALLOW_THP: std::ffi::c_long = 1;
+
+/// `allow_thp` off: mimalloc does not advise its memory to huge pages.
+const NO_THP: std::ffi::c_long = 0;
+
 /// Sets mimalloc's options for this program: freed pages back after a second
 /// ([`purge_after_a_second`]), large objects from the OS ([`map_large_objects`]) and no
 /// transparent huge pages ([`no_transparent_huge_pages`]). Call it first thing in `main`,
@@ -106,7 +112,12 @@ fn no_transparent_huge_pages() {
     if std::env::var_os(ALLOW_THP_ENV).is_some() {
         return;
     }
-    set_unless_operator_or_unknown(ALLOW_THP_ENV, MI_OPTION_ALLOW_THP, 1, 0);
+    set_unless_operator_or_unknown(
+        ALLOW_THP_ENV,
+        MI_OPTION_ALLOW_THP,
+        MI_DEFAULT_ALLOW_THP,
+        NO_THP,
+    );
     #[cfg(target_os = "linux")]
     // SAFETY: `prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0)` takes integers only and sets a flag
     // of the calling process; its failure (an old kernel) leaves huge pages as they were.
@@ -283,7 +294,7 @@ mod tests {
         let read = || unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_ALLOW_THP) };
         let before = read();
         assert_eq!(
-            before, 1,
+            before, MI_DEFAULT_ALLOW_THP,
             "option {MI_OPTION_ALLOW_THP} read {before}: not mimalloc v3's allow_thp"
         );
         // Only this test touches the flag (the others call the option setters, not
@@ -301,6 +312,6 @@ mod tests {
             thp_disabled(),
             "huge pages are still allowed after the call"
         );
-        assert_eq!(read(), 0);
+        assert_eq!(read(), NO_THP);
     }
 }

@@ -56,9 +56,9 @@ impl<F: FnMut(&Event) + Send> EventSink for F {
 /// encoded here a transaction's event takes ~4 bytes and a block's ~130.
 ///
 /// Each event is a tag byte, the zigzag varint of its height's difference from the event
-/// before (the first event's, from 0), then its
-/// kind's fields (a block's 32-byte hash and varint transaction count; a transaction's
-/// varint index and code). Only this process reads it back: nothing is written to disk.
+/// before (the first event's, from 0), then its kind's fields (a block's 32-byte hash and
+/// varint transaction count; a transaction's varint index and code). Only this process
+/// reads it back: nothing is written to disk.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct HeldEvents {
     bytes: Vec<u8>,
