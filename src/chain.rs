@@ -46,6 +46,15 @@ pub trait ChainBlock: Clone + Debug + Send + Sync + 'static {
     fn hash(&self) -> Hash;
     /// The bytes the block's parts are cut from ([`crate::PartSet::from_bytes`]).
     fn encode(&self) -> Bytes;
+    /// Hands [`ChainBlock::encode`]'s bytes to `out`, in order and in pieces of any size:
+    /// what [`crate::BlockStore::save_block`] compares the part set with, byte for byte.
+    /// The default hands over [`ChainBlock::encode`] whole. A block that can stream its
+    /// encoding (a header, then each transaction where it lies) saves an allocation and a
+    /// copy of the whole block on every save. The pieces' concatenation must be exactly
+    /// [`ChainBlock::encode`] (a difference is refused as a part set of another block).
+    fn encode_in_pieces(&self, out: &mut dyn FnMut(&[u8])) {
+        out(&self.encode());
+    }
     /// Decodes [`ChainBlock::encode`]'s bytes.
     fn decode(bytes: &[u8]) -> Result<Self, CorruptReason>;
     /// The commit of height − 1 this block carries, stored under height − 1 with the block.

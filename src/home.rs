@@ -230,6 +230,13 @@ impl FsFile for LockedFile {
     fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
         self.file.write_at(offset, data)
     }
+    fn write_vectored_at(
+        &self,
+        offset: u64,
+        pieces: &[std::io::IoSlice<'_>],
+    ) -> std::io::Result<()> {
+        self.file.write_vectored_at(offset, pieces)
+    }
     fn set_len(&self, len: u64) -> std::io::Result<()> {
         self.file.set_len(len)
     }

@@ -14,5 +14,6 @@ pub mod keys;
 mod record;
 
 pub use record::{
-    FORMAT_VERSION, Reader, RecordKind, Writer, decode_record, encode_record, encode_record_with,
+    FORMAT_VERSION, PLACED_COPY_ALIGN_BYTES, PLACED_COPY_FROM_BYTES, Reader, RecordKind, Writer,
+    decode_record, encode_record, encode_record_with,
 };

@@ -103,6 +103,9 @@ impl ChainBlock for Block {
     fn encode(&self) -> Bytes {
         Block::encode(self)
     }
+    fn encode_in_pieces(&self, out: &mut dyn FnMut(&[u8])) {
+        Block::encode_in_pieces(self, out)
+    }
     fn decode(bytes: &[u8]) -> std::result::Result<Self, CorruptReason> {
         Block::decode(bytes)
     }

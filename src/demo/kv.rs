@@ -177,6 +177,9 @@ impl Record for AppValue {
     fn encode_payload(&self, w: &mut Writer) {
         w.raw(&self.0);
     }
+    fn payload_slice(&self) -> Option<&[u8]> {
+        Some(&self.0)
+    }
     fn payload_size_hint(&self) -> usize {
         self.0.len()
     }
@@ -929,6 +932,18 @@ impl<D: Db + 'static> App<DemoChain> for KvApp<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The app value's slice path encodes the bytes its `encode_payload` frames.
+    #[test]
+    fn an_app_values_slice_path_is_its_payload_path() {
+        for len in [0, 5, crate::codec::PLACED_COPY_FROM_BYTES + 3] {
+            let v = AppValue(Bytes::from(vec![0x3c; len]));
+            let by_writer = crate::codec::encode_record_with(b"k", AppValue::KIND, len, |w| {
+                v.encode_payload(w)
+            });
+            assert_eq!(crate::types::encode(b"k", &v), by_writer, "{len} bytes");
+        }
+    }
     use crate::db::{MemoryDb, collect_range};
     use crate::demo::Header;
 

@@ -22,6 +22,10 @@ const VALIDATOR_HINT_BYTES: usize = 48;
 /// Bytes a small encoding is expected to take (a capacity hint only).
 const SMALL_HINT_BYTES: usize = 64;
 
+/// Bytes of an encoded [`Header`]: height and time (8 each) and six 32-byte hashes (a
+/// capacity hint only).
+const HEADER_ENCODED_BYTES: usize = 8 + 8 + 6 * 32;
+
 /// A block header.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
 pub struct Header {
@@ -168,6 +172,23 @@ impl Block {
         }
         self.last_commit.encode_payload(&mut w);
         w.finish()
+    }
+    /// [`Block::encode`]'s bytes handed to `out` in pieces, without building them: the
+    /// header and the transaction count, then each transaction's length and the
+    /// transaction where it lies, then the last commit.
+    pub fn encode_in_pieces(&self, out: &mut dyn FnMut(&[u8])) {
+        let mut w = Writer::with_capacity(HEADER_ENCODED_BYTES + 4);
+        self.header.encode(&mut w);
+        w.u32(self.txs.len() as u32);
+        out(w.as_slice());
+        for tx in &self.txs {
+            let len = u32::try_from(tx.len()).expect("invariant: a field is shorter than 4 GiB");
+            out(&len.to_be_bytes());
+            out(tx);
+        }
+        let mut w = Writer::new();
+        self.last_commit.encode_payload(&mut w);
+        out(w.as_slice());
     }
     /// Decodes a block from its canonical encoding.
     pub fn decode(bytes: &[u8]) -> Result<Self, CorruptReason> {

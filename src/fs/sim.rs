@@ -859,6 +859,12 @@ impl FsFile for SimFile {
             .lock()
             .file_op(SimOp::Write, &self.path, self.ino, op)
     }
+    /// One write of the pieces' concatenation: one operation a cut can interrupt or lose,
+    /// as one `pwritev` is.
+    fn write_vectored_at(&self, offset: u64, pieces: &[std::io::IoSlice<'_>]) -> IoResult<()> {
+        let whole: Vec<u8> = pieces.iter().flat_map(|p| p.iter().copied()).collect();
+        self.write_at(offset, &whole)
+    }
     fn set_len(&self, len: u64) -> IoResult<()> {
         self.fs
             .lock()

@@ -2216,9 +2216,9 @@ impl Shared {
             synced_through,
             sections,
             unit::ENCODE_CHUNK_BYTES,
-            |c| {
-                file.write_at(next, c)?;
-                next += c.len() as u64;
+            |pieces| {
+                file.write_vectored_at(next, pieces)?;
+                next += pieces.iter().map(|p| p.len() as u64).sum::<u64>();
                 Ok(())
             },
         )

@@ -10,6 +10,8 @@
 //! that offset are not a unit.
 //! Invariant: this module decides nothing about durability or recovery; it only frames.
 
+use std::io::IoSlice;
+
 use bytes::Bytes;
 
 /// The unit magic: "FlushPoint Journal", format 1.
@@ -100,6 +102,17 @@ impl Layout {
 /// chunk and a piece is written while it is still in the cache.
 pub(crate) const ENCODE_CHUNK_BYTES: usize = 1 << 20;
 
+/// The shortest value the encoder hands to the writer where it lies, instead of copying
+/// it into its buffer. Why: a block part (64 KiB) or a large app value was copied once
+/// more into the chunk buffer, and a heavy block's unit (about 1 MiB) faulted in a fresh
+/// buffer on every save; below 4 KiB a copy costs less than the kernel's walk of one more
+/// piece, and keeps the buffered runs long for the crc32.
+pub(crate) const DIRECT_VALUE_BYTES_MIN: usize = 4 << 10;
+
+/// The most pieces handed to the writer at once. Why: one vectored write takes at most
+/// [`crate::fs::IO_SLICES_MAX`] of them.
+const PIECES_MAX: usize = crate::fs::IO_SLICES_MAX;
+
 /// The encoded length of a unit of `sections`. `None` when the body exceeds `u32::MAX`
 /// bytes.
 pub(crate) fn encoded_len(sections: &Sections) -> Option<u64> {
@@ -122,32 +135,39 @@ fn body_len(sections: &Sections) -> Option<u32> {
 #[cfg(test)]
 pub(crate) fn encode(seq: u64, synced_through: u64, sections: &Sections) -> Option<Vec<u8>> {
     let mut out = Vec::new();
-    encode_in_chunks(seq, synced_through, sections, usize::MAX, |chunk| {
-        out.extend_from_slice(chunk);
+    encode_in_chunks(seq, synced_through, sections, usize::MAX, |pieces| {
+        for p in pieces {
+            out.extend_from_slice(p);
+        }
         Ok::<(), std::convert::Infallible>(())
     })?
     .expect("infallible");
     Some(out)
 }
 
-/// Encodes one unit and hands it to `write` in order, in pieces of about `chunk_bytes`
-/// (a piece passes it by at most one value). `None` (nothing written) when the body exceeds
-/// `u32::MAX` bytes; else `write`'s first error, or `Ok` once the whole unit,
-/// [`encoded_len`] bytes, was handed over.
+/// Encodes one unit and hands it to `write` in order, as lists of pieces (for one
+/// vectored write each) of about `chunk_bytes` together (a list passes it by at most one
+/// value) and at most [`crate::fs::IO_SLICES_MAX`] pieces: framing and short values
+/// copied into a buffer, values of [`DIRECT_VALUE_BYTES_MIN`] or more where they lie.
+/// `None` (nothing written) when the body exceeds `u32::MAX` bytes; else `write`'s first
+/// error, or `Ok` once the whole unit, [`encoded_len`] bytes, was handed over.
 pub(crate) fn encode_in_chunks<E>(
     seq: u64,
     synced_through: u64,
     sections: &Sections,
     chunk_bytes: usize,
-    write: impl FnMut(&[u8]) -> Result<(), E>,
+    write: impl FnMut(&[IoSlice<'_>]) -> Result<(), E>,
 ) -> Option<Result<(), E>> {
     let body_len = body_len(sections)?;
     let unit_len = (HEADER_BYTES + TRAILER_BYTES) as u64 + u64::from(body_len);
     let mut out = Chunks {
         buf: Vec::with_capacity((unit_len as usize).min(chunk_bytes)),
+        pieces: Vec::new(),
+        pending: 0,
         chunk_bytes,
         written: 0,
         body_crc: crc32fast::Hasher::new(),
+        crc_pieces: 0,
         crc_from: 0,
         write,
     };
@@ -156,47 +176,113 @@ pub(crate) fn encode_in_chunks<E>(
     }))
 }
 
-/// The encoder's buffer: bytes collect until a chunk is full, then go to `write`; the body
-/// crc32 follows every body byte.
-struct Chunks<W> {
+/// One piece of a list handed to the writer.
+#[derive(Debug, Clone, Copy)]
+enum Piece<'a> {
+    /// Bytes `start..end` of the encoder's buffer.
+    Buffered { start: usize, end: usize },
+    /// A value, where it lies.
+    Direct(&'a [u8]),
+}
+
+/// The encoder: pieces collect until a chunk's worth (or [`PIECES_MAX`]) is pending, then
+/// go to `write`; the body crc32 follows every body byte, in order.
+struct Chunks<'a, W> {
+    /// Framing and short values of the pending pieces.
     buf: Vec<u8>,
+    pieces: Vec<Piece<'a>>,
+    /// Bytes of the pending pieces.
+    pending: usize,
     chunk_bytes: usize,
     /// Bytes handed to `write` so far.
     written: u64,
     body_crc: crc32fast::Hasher,
+    /// Pending pieces already taken into `body_crc`.
+    crc_pieces: usize,
     /// Where the body bytes of `buf` not yet in `body_crc` begin: the crc32 is taken over
-    /// whole chunks, not per piece (a piece is often a 1-byte tag or a 4-byte length, and
-    /// crc32fast's fast path wants long slices).
+    /// runs of buffered bytes, not per field (a field is often a 1-byte tag or a 4-byte
+    /// length, and crc32fast's fast path wants long slices).
     crc_from: usize,
     write: W,
 }
 
-impl<E, W: FnMut(&[u8]) -> Result<(), E>> Chunks<W> {
+impl<'a, E, W: FnMut(&[IoSlice<'_>]) -> Result<(), E>> Chunks<'a, W> {
     /// Where the next byte lands, from the unit's first byte.
     fn at(&self) -> u64 {
-        self.written + self.buf.len() as u64
+        self.written + self.pending as u64
     }
 
-    fn body(&mut self, bytes: &[u8]) -> Result<(), E> {
+    /// Copies `bytes` into the buffer, as the end of the last piece when that one is
+    /// buffered too.
+    fn buffered(&mut self, bytes: &[u8]) {
+        let start = self.buf.len();
         self.buf.extend_from_slice(bytes);
-        if self.buf.len() >= self.chunk_bytes {
+        let end = self.buf.len();
+        match self.pieces.last_mut() {
+            Some(Piece::Buffered { end: last_end, .. }) if *last_end == start => *last_end = end,
+            _ => self.pieces.push(Piece::Buffered { start, end }),
+        }
+        self.pending += bytes.len();
+    }
+
+    /// Body framing or a short value.
+    fn body(&mut self, bytes: &[u8]) -> Result<(), E> {
+        self.buffered(bytes);
+        self.flush_if_full()
+    }
+
+    /// A value: where it lies when long, else copied.
+    fn value(&mut self, v: &'a [u8]) -> Result<(), E> {
+        if v.len() < DIRECT_VALUE_BYTES_MIN {
+            return self.body(v);
+        }
+        self.pieces.push(Piece::Direct(v));
+        self.pending += v.len();
+        self.flush_if_full()
+    }
+
+    fn flush_if_full(&mut self) -> Result<(), E> {
+        // One short of the limit: the trailer may still join the list as a piece.
+        if self.pending >= self.chunk_bytes || self.pieces.len() >= PIECES_MAX - 1 {
             self.flush()?;
         }
         Ok(())
     }
 
-    /// Takes the body bytes buffered since the last call into the crc32.
+    /// Takes the body bytes of the pieces pending since the last call into the crc32.
     fn crc_body_so_far(&mut self) {
-        self.body_crc.update(&self.buf[self.crc_from..]);
-        self.crc_from = self.buf.len();
+        for p in &self.pieces[self.crc_pieces..] {
+            match *p {
+                Piece::Buffered { start, end } => {
+                    let from = start.max(self.crc_from);
+                    if from < end {
+                        self.body_crc.update(&self.buf[from..end]);
+                    }
+                    self.crc_from = end;
+                }
+                Piece::Direct(v) => self.body_crc.update(v),
+            }
+        }
+        self.crc_pieces = self.pieces.len();
     }
 
     fn flush(&mut self) -> Result<(), E> {
         self.crc_body_so_far();
-        if !self.buf.is_empty() {
-            (self.write)(&self.buf)?;
-            self.written += self.buf.len() as u64;
+        if !self.pieces.is_empty() {
+            let slices: Vec<IoSlice<'_>> = self
+                .pieces
+                .iter()
+                .map(|p| match *p {
+                    Piece::Buffered { start, end } => IoSlice::new(&self.buf[start..end]),
+                    Piece::Direct(v) => IoSlice::new(v),
+                })
+                .collect();
+            (self.write)(&slices)?;
+            self.written += self.pending as u64;
+            self.pending = 0;
+            self.pieces.clear();
             self.buf.clear();
+            self.crc_pieces = 0;
             self.crc_from = 0;
         }
         Ok(())
@@ -206,7 +292,7 @@ impl<E, W: FnMut(&[u8]) -> Result<(), E>> Chunks<W> {
         &mut self,
         seq: u64,
         synced_through: u64,
-        sections: &Sections,
+        sections: &'a Sections,
         body_len: u32,
     ) -> Result<(), E> {
         let mut header = Vec::with_capacity(HEADER_BYTES);
@@ -219,7 +305,8 @@ impl<E, W: FnMut(&[u8]) -> Result<(), E>> Chunks<W> {
         let header_crc = crc32fast::hash(&header);
         header.extend_from_slice(&header_crc.to_le_bytes());
         debug_assert_eq!(header.len(), HEADER_BYTES);
-        self.buf.extend_from_slice(&header);
+        self.buffered(&header);
+        // The header is not body.
         self.crc_from = self.buf.len();
         self.body(&(sections.0.len() as u32).to_le_bytes())?;
         let mut layout = Layout::new();
@@ -241,15 +328,16 @@ impl<E, W: FnMut(&[u8]) -> Result<(), E>> Chunks<W> {
                 if let Some(v) = v {
                     self.body(&(v.len() as u32).to_le_bytes())?;
                     debug_assert_eq!(value_at, Some(self.at()), "layout agrees");
-                    self.body(v)?;
+                    self.value(v)?;
                 }
             }
         }
         debug_assert_eq!(self.at(), (HEADER_BYTES as u64) + u64::from(body_len));
         self.crc_body_so_far();
         let body_crc = std::mem::take(&mut self.body_crc).finalize();
-        self.buf.extend_from_slice(&body_crc.to_le_bytes());
+        self.buffered(&body_crc.to_le_bytes());
         // The trailer is not body: nothing after it goes into a crc.
+        self.crc_pieces = self.pieces.len();
         self.crc_from = self.buf.len();
         self.flush()
     }
@@ -446,8 +534,8 @@ mod tests {
         assert_eq!(encoded_len(&sample()), Some(whole.len() as u64));
         for chunk_bytes in [1, 2, 7, 33, 64, whole.len(), usize::MAX] {
             let mut pieces: Vec<Vec<u8>> = Vec::new();
-            encode_in_chunks(9, 4, &sample(), chunk_bytes, |c| {
-                pieces.push(c.to_vec());
+            encode_in_chunks(9, 4, &sample(), chunk_bytes, |list| {
+                pieces.push(list.iter().flat_map(|p| p.iter().copied()).collect());
                 Ok::<(), ()>(())
             })
             .unwrap()
@@ -471,6 +559,93 @@ mod tests {
             if calls == 2 { Err("disk full") } else { Ok(()) }
         });
         assert_eq!((r, calls), (Some(Err("disk full")), 2));
+    }
+
+    /// Sections with values on both sides of [`DIRECT_VALUE_BYTES_MIN`], long runs of
+    /// them back to back, and short ops between.
+    fn with_long_values(long_values: usize) -> Sections {
+        let long = |i: usize, len: usize| Bytes::from(vec![(i % 251) as u8; len]);
+        let mut ops = Vec::new();
+        for i in 0..long_values {
+            ops.push((
+                Bytes::from(format!("p{i}")),
+                Some(long(i, DIRECT_VALUE_BYTES_MIN + i % 3)),
+            ));
+            if i % 5 == 0 {
+                ops.push((Bytes::from(format!("s{i}")), Some(long(i, 9))));
+                ops.push((Bytes::from(format!("d{i}")), None));
+            }
+        }
+        ops.push((
+            Bytes::from_static(b"edge"),
+            Some(long(7, DIRECT_VALUE_BYTES_MIN - 1)),
+        ));
+        Sections(vec![
+            ("blocks".to_string(), ops),
+            (
+                "app".to_string(),
+                vec![(Bytes::from_static(b"a"), Some(long(3, 70_000)))],
+            ),
+        ])
+    }
+
+    /// The oracle is the decoder (it reads the unit back with its own walk, and checks the
+    /// crc32s), not the encoder.
+    #[test]
+    fn long_values_are_handed_over_where_they_lie_and_the_unit_decodes_whole() {
+        for (long_values, chunk_bytes) in [
+            (3, usize::MAX),
+            (3, 1),
+            (40, 10_000),
+            (40, ENCODE_CHUNK_BYTES),
+            // More pieces than one vectored write takes, in one chunk.
+            (PIECES_MAX + 10, usize::MAX),
+        ] {
+            let sections = with_long_values(long_values);
+            let values: Vec<&Bytes> = sections
+                .0
+                .iter()
+                .flat_map(|(_, ops)| ops.iter().filter_map(|(_, v)| v.as_ref()))
+                .collect();
+            let mut whole = Vec::new();
+            let mut lists = 0;
+            let mut direct = 0;
+            encode_in_chunks(3, 2, &sections, chunk_bytes, |list| {
+                lists += 1;
+                assert!(
+                    list.len() <= crate::fs::IO_SLICES_MAX,
+                    "{} pieces",
+                    list.len()
+                );
+                for p in list {
+                    // A piece that starts where a value lies is that value, not a copy.
+                    if values.iter().any(|v| v.as_ptr() == p.as_ptr()) {
+                        assert!(p.len() >= DIRECT_VALUE_BYTES_MIN);
+                        direct += 1;
+                    }
+                    whole.extend_from_slice(p);
+                }
+                Ok::<(), ()>(())
+            })
+            .unwrap()
+            .unwrap();
+            let long_count = values
+                .iter()
+                .filter(|v| v.len() >= DIRECT_VALUE_BYTES_MIN)
+                .count();
+            assert_eq!(direct, long_count, "every long value, and no short one");
+            assert_eq!(Some(whole.len() as u64), encoded_len(&sections));
+            match decode_at(&whole) {
+                Decoded::Valid(h, s) => {
+                    assert_eq!((h.seq, h.synced_through), (3, 2));
+                    assert_eq!(s, sections);
+                }
+                other => panic!("{long_values} values, chunks of {chunk_bytes}: {other:?}"),
+            }
+            if long_values > PIECES_MAX {
+                assert!(lists > 1, "split at the pieces' limit");
+            }
+        }
     }
 
     #[test]

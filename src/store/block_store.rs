@@ -31,38 +31,102 @@ pub const PRUNE_BATCH_BLOCKS: u64 = 256;
 
 /// Checks that `parts` (complete) are `block`'s own encoding, byte for byte: a part set of
 /// another block (or a damaged one) would be stored under this block's height and hash, and
-/// reported as corruption only when read back. Costs one encoding and one comparison.
+/// reported as corruption only when read back. Costs one comparison: the encoding is taken
+/// in pieces ([`ChainBlock::encode_in_pieces`]) and compared as it comes, never built.
 fn check_parts_encode<B: ChainBlock>(block: &B, parts: &PartSet) -> Result<()> {
-    let encoded = block.encode();
-    let mut offset = 0usize;
-    for i in 0..parts.total() {
-        let part = parts
-            .part(i)
-            .expect("invariant: checked after completeness");
-        let end = offset + part.len();
-        let want = encoded.get(offset..end.min(encoded.len())).unwrap_or(&[]);
-        if want != part.as_ref() {
-            let first = want
-                .iter()
-                .zip(part.iter())
-                .position(|(a, b)| a != b)
-                .unwrap_or(want.len().min(part.len()));
-            return Err(Error::PartSetMismatch {
-                height: block.height(),
-                offset: (offset + first) as u64,
-                block_size: encoded.len() as u64,
-            });
-        }
-        offset = end;
-    }
-    if offset != encoded.len() {
-        return Err(Error::PartSetMismatch {
+    let mut cmp = PartsComparison::new(parts);
+    block.encode_in_pieces(&mut |piece| cmp.take(piece));
+    match cmp.finish() {
+        None => Ok(()),
+        Some((offset, block_size)) => Err(Error::PartSetMismatch {
             height: block.height(),
-            offset: offset as u64,
-            block_size: encoded.len() as u64,
-        });
+            offset,
+            block_size,
+        }),
     }
-    Ok(())
+}
+
+/// A comparison of an encoding, taken in pieces, with a complete part set's bytes.
+struct PartsComparison<'a> {
+    parts: &'a PartSet,
+    /// The part the next byte is compared in, and the offset in it.
+    part: u32,
+    in_part: usize,
+    /// Encoding bytes taken so far.
+    taken: u64,
+    /// The first differing offset, once found.
+    differs_at: Option<u64>,
+}
+
+impl<'a> PartsComparison<'a> {
+    fn new(parts: &'a PartSet) -> Self {
+        PartsComparison {
+            parts,
+            part: 0,
+            in_part: 0,
+            taken: 0,
+            differs_at: None,
+        }
+    }
+
+    fn current(&self) -> Option<&'a Bytes> {
+        (self.part < self.parts.total()).then(|| {
+            self.parts
+                .part(self.part)
+                .expect("invariant: checked after completeness")
+        })
+    }
+
+    fn take(&mut self, mut piece: &[u8]) {
+        let at = self.taken;
+        self.taken += piece.len() as u64;
+        if self.differs_at.is_some() {
+            return;
+        }
+        let mut offset = at;
+        while !piece.is_empty() {
+            let Some(part) = self.current() else {
+                // The encoding goes on past the parts.
+                self.differs_at = Some(offset);
+                return;
+            };
+            let want = &part[self.in_part..];
+            let n = want.len().min(piece.len());
+            if want[..n] != piece[..n] {
+                let first = want[..n]
+                    .iter()
+                    .zip(&piece[..n])
+                    .position(|(a, b)| a != b)
+                    .expect("the slices differ");
+                self.differs_at = Some(offset + first as u64);
+                return;
+            }
+            self.in_part += n;
+            offset += n as u64;
+            piece = &piece[n..];
+            if self.in_part == part.len() {
+                self.part += 1;
+                self.in_part = 0;
+            }
+        }
+    }
+
+    /// `None` when the encoding was the parts' bytes exactly; else the first differing
+    /// offset and the encoding's length.
+    fn finish(mut self) -> Option<(u64, u64)> {
+        // Empty parts at the end are no bytes.
+        while self.current().is_some_and(|p| p.len() == self.in_part) {
+            self.part += 1;
+            self.in_part = 0;
+        }
+        let short = self.current().is_some();
+        match self.differs_at {
+            Some(at) => Some((at, self.taken)),
+            // The parts go on past the encoding.
+            None if short => Some((self.taken, self.taken)),
+            None => None,
+        }
+    }
 }
 
 /// The block store over any [`Db`], for the chain's block type `B`.
@@ -519,5 +583,120 @@ impl<B: ChainBlock> BlockStore<B> {
             top = low;
         }
         Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quickcheck::{QuickCheck, TestResult};
+
+    /// The oracle, written apart from [`PartsComparison`]: both sides whole, compared at
+    /// once. `None` when equal, else the first differing offset (where the shorter one
+    /// ends, for a prefix) and the encoding's length.
+    fn oracle(encoding: &[u8], parts: &[u8]) -> Option<(u64, u64)> {
+        if encoding == parts {
+            return None;
+        }
+        let first = encoding
+            .iter()
+            .zip(parts)
+            .position(|(a, b)| a != b)
+            .unwrap_or(encoding.len().min(parts.len()));
+        Some((first as u64, encoding.len() as u64))
+    }
+
+    /// Cuts `bytes` at the given points (each taken modulo the length, sorted).
+    fn cut(bytes: &[u8], points: &[u16]) -> Vec<Vec<u8>> {
+        let mut at: Vec<usize> = points
+            .iter()
+            .map(|&p| {
+                if bytes.is_empty() {
+                    0
+                } else {
+                    p as usize % (bytes.len() + 1)
+                }
+            })
+            .collect();
+        at.push(0);
+        at.push(bytes.len());
+        at.sort_unstable();
+        at.windows(2).map(|w| bytes[w[0]..w[1]].to_vec()).collect()
+    }
+
+    fn compare(pieces: &[Vec<u8>], parts: &PartSet) -> Option<(u64, u64)> {
+        let mut cmp = PartsComparison::new(parts);
+        for p in pieces {
+            cmp.take(p);
+        }
+        cmp.finish()
+    }
+
+    #[test]
+    fn a_comparison_in_pieces_agrees_with_the_whole_comparison() {
+        fn prop(
+            encoding: Vec<u8>,
+            edit: Option<(u16, u8)>,
+            drop_tail: u8,
+            piece_cuts: Vec<u16>,
+            part_cuts: Vec<u16>,
+        ) -> TestResult {
+            let mut parts_bytes = encoding.clone();
+            if let Some((at, x)) = edit {
+                if parts_bytes.is_empty() {
+                    parts_bytes.push(x);
+                } else {
+                    let i = at as usize % parts_bytes.len();
+                    parts_bytes[i] ^= x;
+                }
+            }
+            let keep = parts_bytes.len().saturating_sub(drop_tail as usize % 3);
+            parts_bytes.truncate(keep);
+            let cut_parts = cut(&parts_bytes, &part_cuts);
+            let mut set = PartSet::with_total(cut_parts.len() as u32);
+            for (i, p) in cut_parts.iter().enumerate() {
+                set.add_part(i as u32, Bytes::copy_from_slice(p));
+            }
+            let got = compare(&cut(&encoding, &piece_cuts), &set);
+            TestResult::from_bool(got == oracle(&encoding, &parts_bytes))
+        }
+        QuickCheck::new().tests(2_000).quickcheck(
+            prop as fn(Vec<u8>, Option<(u16, u8)>, u8, Vec<u16>, Vec<u16>) -> TestResult,
+        );
+    }
+
+    /// Negative control: the oracle and the comparison tell a differing byte, a longer
+    /// encoding and shorter parts apart from equal bytes.
+    #[test]
+    fn the_comparison_rejects_each_kind_of_difference() {
+        let parts = PartSet::from_bytes(&Bytes::from_static(b"abcdefgh"), 3);
+        let whole = |s: &[u8]| vec![s.to_vec()];
+        assert_eq!(compare(&whole(b"abcdefgh"), &parts), None);
+        assert_eq!(compare(&cut(b"abcdefgh", &[1, 4, 4, 7]), &parts), None);
+        assert_eq!(compare(&whole(b"abcdXfgh"), &parts), Some((4, 8)));
+        assert_eq!(compare(&whole(b"abcdefghi"), &parts), Some((8, 9)));
+        assert_eq!(compare(&whole(b"abcdefg"), &parts), Some((7, 7)));
+        assert_eq!(oracle(b"abcdXfgh", b"abcdefgh"), Some((4, 8)));
+    }
+
+    /// The demo block's pieces are its encoding, for blocks of every profile.
+    #[test]
+    fn the_demo_blocks_pieces_are_its_encoding() {
+        use crate::demo::{ChainSpec, Profile};
+        for profile in [Profile::Light, Profile::Mixed, Profile::Heavy] {
+            let spec = ChainSpec::new(5, profile);
+            let genesis = spec.genesis();
+            let state = crate::demo::State::genesis(
+                genesis.initial_height,
+                genesis.validators,
+                genesis.consensus_params,
+                [0; 32],
+            );
+            let (block, parts, _) = spec.next_block(&state);
+            let mut pieces = Vec::new();
+            ChainBlock::encode_in_pieces(&block, &mut |p| pieces.extend_from_slice(p));
+            assert_eq!(pieces, ChainBlock::encode(&block).to_vec(), "{profile:?}");
+            assert!(check_parts_encode(&block, &parts).is_ok());
+        }
     }
 }
