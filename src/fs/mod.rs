@@ -430,3 +430,70 @@ mod tests {
         assert_eq!(got, want);
     }
 }
+
+#[cfg(test)]
+mod placement_tests {
+    use super::*;
+
+    /// The window written out apart from [`copy_aliases`]: the destination 1 to 63 bytes
+    /// ahead of the source, modulo 4 KiB.
+    fn ahead_by_a_few(offset: u64, addr: usize) -> bool {
+        let ahead = (offset % 4096) as i64 - (addr % 4096) as i64;
+        let ahead = if ahead < 0 { ahead + 4096 } else { ahead };
+        (1..64).contains(&ahead)
+    }
+
+    /// Every long piece the kernel would copy a few bytes ahead is re-placed, and only
+    /// those; after it no long piece is; the file holds the same bytes either way.
+    #[test]
+    fn long_pieces_copied_a_few_bytes_ahead_are_re_placed_and_written_the_same() {
+        let backing: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let base = backing.as_ptr() as usize;
+        let long = PLACE_PIECES_FROM_BYTES + 100;
+        // Pieces whose source lies `ahead` bytes behind their file offset, modulo 4 KiB,
+        // each after a short piece; the write starts at `start`.
+        let start = 4096 * 3 + 5;
+        let mut pieces = Vec::new();
+        let mut at = start as u64;
+        let mut want_placed = Vec::new();
+        for (n, ahead) in [0usize, 1, 15, 16, 63, 64, 100, 4095, 2].into_iter().enumerate() {
+            let glue = &backing[n * 7..n * 7 + 3];
+            pieces.push(IoSlice::new(glue));
+            at += 3;
+            // The source address ≡ offset − ahead (mod 4096).
+            let want_mod = (at as usize + 4096 - ahead) % 4096;
+            let skip = (want_mod + 4096 - base % 4096) % 4096 + 4096 * (n + 1) * 4;
+            let piece = &backing[skip..skip + long];
+            assert_eq!(ahead_by_a_few(at, piece.as_ptr() as usize), (1..64).contains(&ahead));
+            if (1..64).contains(&ahead) {
+                want_placed.push(pieces.len());
+            }
+            pieces.push(IoSlice::new(piece));
+            at += long as u64;
+        }
+        // A short piece a few bytes ahead stays where it lies.
+        let short = &backing[1..100];
+        pieces.push(IoSlice::new(short));
+        let placed = PlacedPieces::new(start as u64, &pieces);
+        let got: Vec<usize> = placed.copies.iter().map(|(i, _, _)| *i).collect();
+        assert_eq!(got, want_placed);
+        let slices = placed.slices(&pieces);
+        let mut at = start as u64;
+        for (p, q) in slices.iter().zip(&pieces) {
+            assert_eq!(&p[..], &q[..]);
+            if p.len() >= PLACE_PIECES_FROM_BYTES {
+                assert!(!ahead_by_a_few(at, p.as_ptr() as usize), "offset {at}");
+            }
+            at += p.len() as u64;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = StdFs
+            .open_file(&dir.path().join("f"), OpenMode::CreateTruncate)
+            .unwrap();
+        file.write_vectored_at(start as u64, &pieces).unwrap();
+        let whole: Vec<u8> = pieces.iter().flat_map(|p| p.iter().copied()).collect();
+        let mut back = vec![0; whole.len()];
+        file.read_at(start as u64, &mut back).unwrap();
+        assert_eq!(back, whole);
+    }
+}
