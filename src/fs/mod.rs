@@ -456,7 +456,10 @@ mod placement_tests {
         let mut pieces = Vec::new();
         let mut at = start as u64;
         let mut want_placed = Vec::new();
-        for (n, ahead) in [0usize, 1, 15, 16, 63, 64, 100, 4095, 2].into_iter().enumerate() {
+        for (n, ahead) in [0usize, 1, 15, 16, 63, 64, 100, 4095, 2]
+            .into_iter()
+            .enumerate()
+        {
             let glue = &backing[n * 7..n * 7 + 3];
             pieces.push(IoSlice::new(glue));
             at += 3;
@@ -464,7 +467,10 @@ mod placement_tests {
             let want_mod = (at as usize + 4096 - ahead) % 4096;
             let skip = (want_mod + 4096 - base % 4096) % 4096 + 4096 * (n + 1) * 4;
             let piece = &backing[skip..skip + long];
-            assert_eq!(ahead_by_a_few(at, piece.as_ptr() as usize), (1..64).contains(&ahead));
+            assert_eq!(
+                ahead_by_a_few(at, piece.as_ptr() as usize),
+                (1..64).contains(&ahead)
+            );
             if (1..64).contains(&ahead) {
                 want_placed.push(pieces.len());
             }

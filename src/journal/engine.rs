@@ -2207,9 +2207,10 @@ impl Shared {
             .file
             .as_ref()
             .expect("invariant: a segment is open after a roll");
-        // Crash: a cut between chunks leaves the unit's first pieces, a torn tail to
-        // recovery (its body crc32 fails), as a cut inside one write would; the unit is
-        // acknowledged only after a sync that follows its last piece.
+        // Crash: a cut between two vectored writes, or inside one (a `pwritev` is not
+        // atomic either), leaves a prefix of the unit, a torn tail to recovery (its body
+        // crc32 fails); the unit is acknowledged only after a sync that follows its last
+        // piece.
         let mut next = w.offset;
         unit::encode_in_chunks(
             seq,

@@ -597,9 +597,14 @@ fn machine_line() -> String {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let args: Vec<String> = std::env::args().collect();
     format!(
-        "command: {}\nmachine: {cores} cores; load avg (1 min) now {:.2}; rocksdb rows: {}",
+        "command: {}\nmachine: {cores} cores; load avg (1 min) now {:.2}; {}; rocksdb rows: {}",
         args.join(" "),
         sys::load_avg_1m(),
+        sys::page_reporting_line(
+            std::fs::read_to_string(sys::PAGE_REPORTING_ORDER)
+                .ok()
+                .as_deref()
+        ),
         if cfg!(feature = "rocksdb") {
             "on"
         } else {
