@@ -169,18 +169,36 @@ pub(crate) struct NewestPerKey<'a> {
     sections: Vec<KeyOrdered<'a>>,
     /// Per section holding ops not yet given: (its next key, the section, the position).
     next: BinaryHeap<Reverse<(&'a [u8], usize, usize)>>,
+    /// When a single section holds ops: it and its next position. Its keys are already
+    /// strictly increasing, one op each, so it is walked in order, with no heap and no key
+    /// compared. Why: an apply step is most often one flush window's unit, and the heap's
+    /// key comparisons took about a seventh of the applier's time (`perf`, PERFORMANCE.md
+    /// "Heavy saves' copies").
+    single: Option<(usize, usize)>,
 }
 
 impl<'a> NewestPerKey<'a> {
     /// Merges `sections`, oldest first.
     pub(crate) fn new(sections: Vec<KeyOrdered<'a>>) -> Self {
+        let mut holding = sections.iter().enumerate().filter(|(_, s)| s.len() > 0);
+        if let (Some((only, _)), None) = (holding.next(), holding.next()) {
+            return NewestPerKey {
+                sections,
+                next: BinaryHeap::new(),
+                single: Some((only, 0)),
+            };
+        }
         let next = sections
             .iter()
             .enumerate()
             .filter(|(_, s)| s.len() > 0)
             .map(|(i, s)| Reverse((&s.nth(0).1.0[..], i, 0)))
             .collect();
-        NewestPerKey { sections, next }
+        NewestPerKey {
+            sections,
+            next,
+            single: None,
+        }
     }
 
     /// Moves section `i` past position `at`.
@@ -197,6 +215,15 @@ impl<'a> NewestPerKey<'a> {
     /// order given to [`NewestPerKey::new`]) and the op's index in that section's unit order
     /// (what a unit's layout follows, to place the op's value in its unit).
     pub(crate) fn next_placed(&mut self) -> Option<(usize, usize, &'a UnitOp)> {
+        if let Some((only, at)) = self.single.as_mut() {
+            let s = self.sections[*only];
+            if *at == s.len() {
+                return None;
+            }
+            let (in_unit, op) = s.nth(*at);
+            *at += 1;
+            return Some((*only, in_unit, op));
+        }
         let Reverse((key, mut newest, mut at)) = self.next.pop()?;
         self.advance(newest, at);
         // Every other section writing `key` is older or newer: the newest one's op wins.
