@@ -366,7 +366,8 @@ fn make_blocks(spec: &ChainSpec, n: u64) -> Result<Vec<(Block, PartSet, Commit)>
 /// `fpj-save-block`: `BlockStore::save_block` alone on a journal home's block store (its
 /// parts separated, as a home's are), the demo chain's blocks made beforehand (at most
 /// `most`: [`save_blocks_to_make`]); each save is
-/// one unit and one `sync_data`, and is timed as a commit. Issue 8 asks it, like a whole
+/// one unit and one `sync_data`, and is timed as a commit (each block read just before its
+/// save, outside the clock: [`warm`]). Issue 8 asks it, like a whole
 /// consensus block, to stay within 1.5× a raw append + `fdatasync` of the same bytes
 /// (`raw-sync-blocks`: the shape's block-store records).
 ///
