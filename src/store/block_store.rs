@@ -697,6 +697,38 @@ mod tests {
             ChainBlock::encode_in_pieces(&block, &mut |p| pieces.extend_from_slice(p));
             assert_eq!(pieces, ChainBlock::encode(&block).to_vec(), "{profile:?}");
             assert!(check_parts_encode(&block, &parts).is_ok());
+            // Another block's parts, and the block's own with one byte flipped, are refused
+            // with the first differing offset (the whole comparison, written apart, says
+            // where).
+            let (other, other_parts, _) = ChainSpec::new(6, profile).next_block(&state);
+            let own = ChainBlock::encode(&block);
+            let theirs = ChainBlock::encode(&other);
+            let first = own
+                .iter()
+                .zip(theirs.iter())
+                .position(|(a, b)| a != b)
+                .unwrap_or(own.len().min(theirs.len())) as u64;
+            match check_parts_encode(&block, &other_parts) {
+                Err(Error::PartSetMismatch {
+                    height: 1,
+                    offset,
+                    block_size,
+                }) => assert_eq!(
+                    (offset, block_size),
+                    (first, own.len() as u64),
+                    "{profile:?}"
+                ),
+                other => panic!("{profile:?}: {other:?}"),
+            }
+            let mut flipped = own.to_vec();
+            let mid = flipped.len() / 2;
+            flipped[mid] ^= 1;
+            let flipped =
+                PartSet::from_bytes(&Bytes::from(flipped), crate::types::BLOCK_PART_SIZE_BYTES);
+            assert!(matches!(
+                check_parts_encode(&block, &flipped),
+                Err(Error::PartSetMismatch { offset, .. }) if offset == mid as u64
+            ));
         }
     }
 }
