@@ -163,14 +163,12 @@ impl Block {
     }
     /// The block's canonical encoding (split into parts for storage).
     pub fn encode(&self) -> Bytes {
+        // One layout: the pieces of [`Block::encode_in_pieces`], gathered.
         let size: usize = self.txs.iter().map(|t| t.len() + 4).sum();
         let mut w = Writer::with_capacity(size + 512);
-        self.header.encode(&mut w);
-        w.u32(self.txs.len() as u32);
-        for tx in &self.txs {
-            w.bytes(tx);
-        }
-        self.last_commit.encode_payload(&mut w);
+        self.encode_in_pieces(&mut |p| {
+            w.raw(p);
+        });
         w.finish()
     }
     /// [`Block::encode`]'s bytes handed to `out` in pieces, without building them: the

@@ -204,12 +204,11 @@ impl FsFile for StdFile {
     }
     fn write_vectored_at(&self, offset: u64, pieces: &[IoSlice<'_>]) -> IoResult<()> {
         let placed = PlacedPieces::new(offset, pieces);
-        let pieces = placed.slices(pieces);
+        let mut pieces = placed.slices(pieces);
+        // Empty pieces would read as a `pwritev` that wrote nothing.
+        pieces.retain(|p| !p.is_empty());
         let mut at = offset;
-        for group in pieces.chunks(IO_SLICES_MAX) {
-            let mut left: Vec<IoSlice<'_>> =
-                group.iter().filter(|p| !p.is_empty()).copied().collect();
-            let mut left = &mut left[..];
+        for mut left in pieces.chunks_mut(IO_SLICES_MAX) {
             while !left.is_empty() {
                 match rustix::io::pwritev(&self.0, left, at) {
                     Ok(0) => {
