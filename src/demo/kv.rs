@@ -18,7 +18,7 @@
 //! Invariant: the undo records form one contiguous run of heights ending at the durable
 //! height (or none): every commit adds the next one and a rollback removes the top ones.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -196,14 +196,89 @@ struct AppUndo {
     entries: Vec<(Bytes, Option<Bytes>)>,
 }
 
-/// A commit made while holding, kept until the flush point writes its window: what its undo
-/// record needs, without the reads.
+/// A commit made while holding, one of the last [`UNDO_RETENTION_BLOCKS`] since the flush
+/// point: what its undo record needs, kept until the flush point writes the record.
+///
+/// Why the last ones only, with the window's values read as each commit begins: a window
+/// used to keep every commit since its flush point (thousands of blocks), each with its
+/// keys, data keys and records written, for the flush point to work out the kept commits'
+/// old values from — ~240 B a write beyond the window's own bytes, ~50 MiB of the peak RSS
+/// at 300k light blocks (`benches/compare/PERFORMANCE.md`, "The held commits: the last
+/// sixteen"). The read costs what the read-back of the records it replaces did: one lookup
+/// in the open window per key.
 #[derive(Debug)]
 struct HeldCommit {
     height: u64,
     prev: AppInfo,
-    /// (key, data key, the record written — `None` for a delete).
-    writes: Vec<(Bytes, Bytes, Option<Bytes>)>,
+    keys: CommitKeys,
+    /// Per key of `keys`: the value the open window held for it when the commit began
+    /// (`Some(None)`: the window deleted it), or `None` when the window had not written it
+    /// (its value is then what it was before the window, read when the record is written).
+    before_in_window: Vec<Option<Option<Bytes>>>,
+}
+
+/// The data keys one commit writes ([`data_key`]: a prefix byte, then the app key), back to
+/// back in one buffer: one allocation per commit, not one per key and per data key (and,
+/// once shared, one reference-count header each).
+#[derive(Debug)]
+struct CommitKeys {
+    data_keys: Bytes,
+    /// Per key, in the commit's order: the end of its data key in `data_keys` (it starts
+    /// where the one before ends).
+    ends: Vec<u32>,
+}
+
+impl CommitKeys {
+    /// The data keys of the app keys `keys` (at most [`u32::MAX`] bytes in all).
+    fn new<'a>(keys: impl Iterator<Item = &'a Bytes> + Clone) -> Self {
+        let len: usize = keys.clone().map(|k| 1 + k.len()).sum();
+        assert!(
+            u32::try_from(len).is_ok(),
+            "invariant: a block's data keys fit in {} bytes",
+            u32::MAX
+        );
+        let mut data_keys = BytesMut::with_capacity(len);
+        let mut ends = Vec::with_capacity(keys.clone().count());
+        for k in keys {
+            data_keys.put_u8(keys::APP_DATA);
+            data_keys.put_slice(k);
+            ends.push(data_keys.len() as u32);
+        }
+        CommitKeys {
+            data_keys: data_keys.freeze(),
+            ends,
+        }
+    }
+
+    /// The number of keys.
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Each data key's place in `data_keys`.
+    fn ranges(&self) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+        let mut start = 0;
+        self.ends.iter().map(move |&end| {
+            let r = start..end as usize;
+            start = end as usize;
+            r
+        })
+    }
+
+    /// Each data key, borrowed.
+    fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        self.ranges().map(|r| &self.data_keys[r])
+    }
+
+    /// The data key at `r` (a slice of `data_keys`, no copy).
+    fn data_key(&self, r: std::ops::Range<usize>) -> Bytes {
+        self.data_keys.slice(r)
+    }
+
+    /// The app key of the data key at `r` (the data key without its prefix byte; no copy).
+    fn app_key(&self, r: std::ops::Range<usize>) -> Bytes {
+        self.data_keys.slice(r.start + 1..r.end)
+    }
 }
 
 /// Smallest encoded entry: a 4-byte key length and a 1-byte flag.
@@ -273,9 +348,10 @@ pub struct KvApp<D: Db> {
     db: Arc<HoldingDb<D>>,
     committed: AppInfo,
     pending: Option<Pending>,
-    /// While holding: the commits since the last flush point whose undo records are not
-    /// written yet (see [`KvApp::write_window_undo`]). Empty when not holding.
-    undo_owed: Vec<HeldCommit>,
+    /// While holding: the last [`UNDO_RETENTION_BLOCKS`] commits since the last flush point,
+    /// whose undo records are not written yet (see [`KvApp::write_window_undo`]). Empty when
+    /// not holding.
+    undo_owed: VecDeque<HeldCommit>,
     halt_height: Option<u64>,
     flush_requested: bool,
     /// With prefetch on: two sessions, block heights alternating between them, so the next
@@ -355,7 +431,7 @@ impl<D: Db> KvApp<D> {
             db,
             committed,
             pending: None,
-            undo_owed: Vec::new(),
+            undo_owed: VecDeque::new(),
             halt_height,
             flush_requested: false,
             prefetch: None,
@@ -520,12 +596,12 @@ impl<D: Db> KvApp<D> {
 }
 
 impl<D: Db> KvApp<D> {
-    /// Writes, held, the undo records the commits since the last flush point owe: one for
-    /// each of the last [`UNDO_RETENTION_BLOCKS`] of them (the earlier ones' records would be
-    /// deleted by later commits of the same window). A key's record before height `h` is
-    /// its latest write among the owed commits below `h`, else what it was before the
-    /// window (the frozen window in flight, then the disk) — read once per key, here,
-    /// instead of once per commit.
+    /// Writes, held, the undo records the commits since the last flush point owe: those of
+    /// the last [`UNDO_RETENTION_BLOCKS`] of them, the ones `undo_owed` keeps (the earlier
+    /// ones' records would be deleted by later commits of the same window). A key's record
+    /// before height `h` is what the open window held for it when commit `h` began, else
+    /// what it was before the window (the frozen window in flight, then the disk) — read
+    /// here, once for all of them.
     ///
     /// Crash: none on its own — the records join the open overlay, and the flush point
     /// writes them in the same synced batch as the commits they undo.
@@ -534,43 +610,34 @@ impl<D: Db> KvApp<D> {
             return Ok(());
         }
         let owed = std::mem::take(&mut self.undo_owed);
-        let keep_from = owed.len().saturating_sub(UNDO_RETENTION_BLOCKS as usize);
-        // The data keys the kept records name, and their latest write before the kept run.
-        let mut before: std::collections::HashMap<Bytes, Option<Option<Bytes>>> = owed[keep_from..]
+        debug_assert!(
+            owed.len() <= UNDO_RETENTION_BLOCKS as usize,
+            "invariant: at most {UNDO_RETENTION_BLOCKS} held commits are kept"
+        );
+        // Keys the window had not written when their commit began: as they stood before it.
+        let unread: Vec<&[u8]> = owed
             .iter()
-            .flat_map(|c| c.writes.iter().map(|(_, dk, _)| (dk.clone(), None)))
+            .flat_map(|c| c.keys.iter().zip(&c.before_in_window))
+            .filter(|(_, before)| before.is_none())
+            .map(|(dk, _)| dk)
             .collect();
-        for c in &owed[..keep_from] {
-            for (_, dk, rec) in &c.writes {
-                if let Some(slot) = before.get_mut(dk) {
-                    *slot = Some(rec.clone());
-                }
-            }
-        }
-        // Keys the window did not write before the kept run: as they stood before it.
-        let unread: Vec<Bytes> = before
-            .iter()
-            .filter(|(_, v)| v.is_none())
-            .map(|(k, _)| k.clone())
-            .collect();
-        let read = self
-            .db
-            .get_many_below_open(&unread.iter().map(|k| k.as_ref()).collect::<Vec<_>>())?;
-        for (k, v) in unread.into_iter().zip(read) {
-            before.insert(k, Some(v));
-        }
-        let mut batch = Batch::with_capacity(owed.len() - keep_from);
-        for c in &owed[keep_from..] {
-            let mut entries = Vec::with_capacity(c.writes.len());
-            for (k, dk, rec) in &c.writes {
-                let slot = before
-                    .get_mut(dk)
-                    .expect("invariant: every kept key was looked up");
-                let old = slot
-                    .replace(rec.clone())
-                    .expect("invariant: every kept key has a value");
-                entries.push((k.clone(), old));
-            }
+        let mut read = self.db.get_many_below_open(&unread)?.into_iter();
+        let mut batch = Batch::with_capacity(owed.len());
+        for c in &owed {
+            let entries = c
+                .keys
+                .ranges()
+                .zip(&c.before_in_window)
+                .map(|(r, before)| {
+                    let old = match before {
+                        Some(in_window) => in_window.clone(),
+                        None => read
+                            .next()
+                            .expect("invariant: one value read per key the window had not"),
+                    };
+                    (c.keys.app_key(r), old)
+                })
+                .collect();
             let uk = undo_key(c.height);
             let undo = AppUndo {
                 prev: c.prev,
@@ -578,6 +645,7 @@ impl<D: Db> KvApp<D> {
             };
             batch.put(Bytes::copy_from_slice(&uk), encode(&uk, &undo));
         }
+        debug_assert!(read.next().is_none(), "invariant: every value read is used");
         self.db.write(&batch, Durability::Synced)
     }
 }
@@ -666,27 +734,25 @@ impl<D: Db + 'static> App<DemoChain> for KvApp<D> {
         hasher.update(self.committed.app_hash);
         hasher.update(p.height.to_be_bytes());
         let mut batch = Batch::with_capacity(p.writes.len() + 3);
-        let mut writes: Vec<(Bytes, Bytes, Option<Bytes>)> = Vec::with_capacity(p.writes.len());
-        for (k, v) in &p.writes {
+        let keys = CommitKeys::new(p.writes.keys());
+        for ((k, v), r) in p.writes.iter().zip(keys.ranges()) {
             hasher.update((k.len() as u64).to_be_bytes());
             hasher.update(k);
-            let dk = data_key(k);
-            let rec = match v {
+            let dk = keys.data_key(r);
+            debug_assert_eq!(dk, data_key(k), "invariant: the data key of {k:?}");
+            match v {
                 Some(v) => {
                     hasher.update([1]);
                     hasher.update((v.len() as u64).to_be_bytes());
                     hasher.update(v);
                     let rec = encode(&dk, &AppValue(v.clone()));
-                    batch.put(dk.clone(), rec.clone());
-                    Some(rec)
+                    batch.put(dk, rec);
                 }
                 None => {
                     hasher.update([0]);
-                    batch.delete(dk.clone());
-                    None
+                    batch.delete(dk);
                 }
-            };
-            writes.push((k.clone(), dk, rec));
+            }
         }
         let app_hash: Hash = hasher.finalize().into();
         let info = AppInfo {
@@ -696,30 +762,34 @@ impl<D: Db + 'static> App<DemoChain> for KvApp<D> {
         let mk = keys::singleton(keys::APP_META);
         batch.put(Bytes::copy_from_slice(&mk), encode(&mk, &AppMeta(info)));
         let prev = self.committed;
-        let held = self.db.is_holding();
-        if held {
+        let data_keys: Vec<&[u8]> = keys.iter().collect();
+        let held = if self.db.is_holding() {
             // Held: the undo record is owed, written by `write_window_undo` before the flush
             // point takes the window — in the same window, so the commit is still never
             // durable without it. Only the last UNDO_RETENTION_BLOCKS commits of a window
-            // keep theirs, so reading the old values per commit would mostly be wasted. The
-            // commit's records are kept once the window holds them (below).
+            // keep theirs, so reading the old values per commit from below the window would
+            // mostly be wasted: what the window holds for the keys is read now (no disk
+            // read; the window's own copies, no new ones), the rest when the record is
+            // written.
+            Some(self.db.get_many_open(&data_keys)?)
         } else {
             // The stored records as of the previous commit, read in one snapshot: what the
             // undo record restores. It goes in the commit's own batch: a commit is never
             // durable without the record that undoes it, nor the record without the commit.
-            let data_keys: Vec<&[u8]> = writes.iter().map(|(_, dk, _)| dk.as_ref()).collect();
             let before = self.db.get_many(&data_keys)?;
             let undo = AppUndo {
                 prev,
-                entries: writes
-                    .iter()
+                entries: keys
+                    .ranges()
                     .zip(before)
-                    .map(|((k, _, _), old)| (k.clone(), old))
+                    .map(|(r, old)| (keys.app_key(r), old))
                     .collect(),
             };
             let uk = undo_key(p.height);
             batch.put(Bytes::copy_from_slice(&uk), encode(&uk, &undo));
-        }
+            None
+        };
+        drop(data_keys);
         if p.height > UNDO_RETENTION_BLOCKS {
             batch.delete(Bytes::copy_from_slice(&undo_key(
                 p.height - UNDO_RETENTION_BLOCKS,
@@ -727,34 +797,18 @@ impl<D: Db + 'static> App<DemoChain> for KvApp<D> {
         }
         self.db.write(&batch, Durability::Synced)?;
         drop(batch);
-        if held {
-            // The held window copied the short records into its chunks: the owed commit keeps
-            // those copies, read back, and the records encoded here are freed now. Else every
-            // record of a window stayed in memory twice until its flush point (~15 MiB at
-            // the peak of a 300k-block sync, `benches/compare/PERFORMANCE.md`).
-            let put_keys: Vec<Bytes> = writes
-                .iter()
-                .filter(|(_, _, rec)| rec.is_some())
-                .map(|(_, dk, _)| dk.clone())
-                .collect();
-            let mut read_back = self
-                .db
-                .get_many(&put_keys.iter().map(|k| k.as_ref()).collect::<Vec<_>>())?
-                .into_iter();
-            for (_, _, rec) in &mut writes {
-                if let Some(rec) = rec {
-                    let kept = read_back
-                        .next()
-                        .flatten()
-                        .expect("invariant: a record just written to the held window reads back");
-                    debug_assert_eq!(&kept, rec, "the window holds the record written");
-                    *rec = kept;
-                }
+        if let Some(before_in_window) = held {
+            debug_assert_eq!(before_in_window.len(), keys.len(), "invariant: one per key");
+            // Only the last UNDO_RETENTION_BLOCKS commits owe a record at the flush point:
+            // an older one's would be deleted in the same window (by the commit above).
+            if self.undo_owed.len() == UNDO_RETENTION_BLOCKS as usize {
+                self.undo_owed.pop_front();
             }
-            self.undo_owed.push(HeldCommit {
+            self.undo_owed.push_back(HeldCommit {
                 height: p.height,
                 prev,
-                writes,
+                keys,
+                before_in_window,
             });
         }
         if let Some(Some(v)) = p.writes.get(HALT_HEIGHT_KEY) {
@@ -1048,33 +1102,70 @@ mod tests {
         (app, snaps)
     }
 
-    /// A held commit's owed undo keeps its records as the held window holds them (the
-    /// window's chunk copies, the same memory), not the records the commit encoded: a
-    /// window's records are in memory once. Before, the encoded records stayed beside the
-    /// copies until the flush point, and this test failed on the pointers.
+    /// A long held window keeps the last [`UNDO_RETENTION_BLOCKS`] commits only, and each
+    /// keeps, per key, the value the window held before it — the window's own copy (the same
+    /// memory) — or nothing when the window had not written the key. The oracle is this
+    /// test's own list of the keys each earlier block of the window wrote (from the blocks'
+    /// transactions), and the values read through the app before each commit. Before, every
+    /// commit of a window kept its keys and records until the flush point (~43 MiB of peak
+    /// RSS at 300k light blocks), and the length check failed.
     #[test]
-    fn a_held_commit_keeps_the_windows_copies_of_its_records() {
+    fn a_held_window_keeps_its_last_commits_with_the_windows_values_before_them() {
         let mut app = KvApp::open(Arc::new(HoldingDb::new(MemoryDb::new("app")))).unwrap();
+        let blocks = 3 * UNDO_RETENTION_BLOCKS;
+        // Outside the window: written and made durable before holding.
+        app.execute_block(&block(1)).unwrap();
+        app.commit().unwrap();
         assert!(app.hold().unwrap());
-        let mut puts = 0;
-        for h in 1..=3 {
-            app.execute_block(&block(h)).unwrap();
+        let mut written_in_window: std::collections::HashSet<Bytes> = Default::default();
+        let (mut in_window, mut not_in_window) = (0, 0);
+        for h in 2..=blocks {
+            let b = block(h);
+            let keys: Vec<Bytes> = b
+                .txs
+                .iter()
+                .filter_map(|tx| match Tx::decode(tx) {
+                    Some(Tx::Set(k, _) | Tx::Delete(k)) => Some(k),
+                    Some(Tx::HaltAt(_)) => Some(Bytes::from_static(HALT_HEIGHT_KEY)),
+                    _ => None,
+                })
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let read_before: Vec<Option<Bytes>> = keys
+                .iter()
+                .map(|k| app.db.get(&data_key(k)).unwrap())
+                .collect();
+            app.execute_block(&b).unwrap();
             app.commit().unwrap();
-            let owed = app.undo_owed.last().expect("a held commit owes its undo");
-            for (_, dk, rec) in &owed.writes {
-                if let Some(rec) = rec {
-                    let held = app.db.get(dk).unwrap().expect("the window holds it");
-                    assert_eq!(&held, rec);
-                    assert_eq!(
-                        held.as_ptr(),
-                        rec.as_ptr(),
-                        "height {h}: a second copy kept"
-                    );
-                    puts += 1;
+            let kept = (h - 1).min(UNDO_RETENTION_BLOCKS) as usize;
+            assert_eq!(app.undo_owed.len(), kept, "height {h}: commits kept");
+            let owed = app.undo_owed.back().expect("a held commit owes its undo");
+            assert_eq!(owed.height, h);
+            let owed_keys: Vec<&[u8]> = owed.keys.iter().collect();
+            let want_keys: Vec<Bytes> = keys.iter().map(|k| data_key(k)).collect();
+            assert_eq!(owed_keys, want_keys, "height {h}: the data keys");
+            for ((k, read), before) in keys.iter().zip(read_before).zip(&owed.before_in_window) {
+                if written_in_window.contains(k) {
+                    in_window += 1;
+                    let before = before.as_ref().unwrap_or_else(|| {
+                        panic!("height {h}: {k:?} was written in the window, nothing kept")
+                    });
+                    assert_eq!(before, &read, "height {h}: {k:?}");
+                    if let (Some(before), Some(read)) = (before, &read) {
+                        assert_eq!(before.as_ptr(), read.as_ptr(), "height {h}: a copy kept");
+                    }
+                } else {
+                    not_in_window += 1;
+                    assert_eq!(before, &None, "height {h}: {k:?} is not in the window");
                 }
             }
+            written_in_window.extend(keys);
         }
-        assert!(puts > 0, "the blocks wrote nothing");
+        assert!(
+            in_window > 0 && not_in_window > 0,
+            "the blocks exercise both cases: {in_window} in the window, {not_in_window} not"
+        );
     }
 
     #[test]
