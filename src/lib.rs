@@ -61,6 +61,7 @@
 
 #![deny(unsafe_code)]
 
+mod aliasing;
 mod app;
 mod chain;
 pub mod codec;

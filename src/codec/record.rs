@@ -87,12 +87,16 @@ impl RecordKind {
 pub const PLACED_COPY_FROM_BYTES: usize = 4 << 10;
 
 /// How a placed copy's destination lies relative to its source: at the same offset within
-/// a block of this many bytes. Why: a copy whose destination lies a few bytes past its
-/// source modulo 4 KiB makes every load wait on an earlier store to the same low address
-/// bits (4K aliasing); on this project's machines (AMD EPYC, glibc 2.36) a 64 KiB copy
-/// 1–15 bytes ahead ran at 2.2–3.4 GB/s instead of 36–46, and a part framed behind the
-/// record's 2-byte head, in a buffer aligned as the part's, hit it on every save.
-pub const PLACED_COPY_ALIGN_BYTES: usize = 64;
+/// a block of this many bytes, so never 1–63 bytes ahead of it modulo 4 KiB. Why: a copy
+/// with its destination a few bytes past its source modulo 4 KiB runs several times slower
+/// (4K aliasing; a 64 KiB copy 1–15 bytes ahead ran at 2.2–3.4 GB/s instead of 36–46 on
+/// this project's machines), and a part framed behind the record's 2-byte head, in a
+/// buffer aligned as the part's, hit it on every save.
+pub const PLACED_COPY_ALIGN_BYTES: usize = crate::aliasing::ALIASING_AHEAD_BYTES_MAX + 1;
+const _: () = assert!(
+    crate::aliasing::ALIAS_SPAN_BYTES.is_multiple_of(PLACED_COPY_ALIGN_BYTES),
+    "a copy at the same offset modulo the placement is at a multiple of it modulo a page"
+);
 
 /// Frames `payload` as a record of `kind` stored under `key`. A payload of
 /// [`PLACED_COPY_FROM_BYTES`] or more is copied to the same offset modulo
@@ -115,6 +119,13 @@ pub fn encode_record(key: &[u8], kind: RecordKind, payload: &[u8]) -> Bytes {
         (buf.as_ptr() as usize + buf.len()) % PLACED_COPY_ALIGN_BYTES,
         payload.as_ptr() as usize % PLACED_COPY_ALIGN_BYTES,
         "the copy is placed as its source"
+    );
+    debug_assert!(
+        !crate::aliasing::copy_aliases(
+            buf.as_ptr() as usize + buf.len(),
+            payload.as_ptr() as usize
+        ),
+        "the copy is clear of 4K aliasing"
     );
     buf.put_slice(payload);
     let crc = checksum(key, &buf[pad..]);

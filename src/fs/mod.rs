@@ -24,6 +24,8 @@ use std::path::Path;
 
 use redb::{BackendError, StorageBackend};
 
+use crate::aliasing::{ALIAS_SPAN_BYTES, ALIASING_AHEAD_BYTES_MAX, copy_aliases};
+
 /// The most pieces one vectored write hands the kernel ([`FsFile::write_vectored_at`]).
 /// Why: Linux's `IOV_MAX`; `pwritev` refuses a longer list with `EINVAL`.
 pub const IO_SLICES_MAX: usize = 1024;
@@ -265,31 +267,19 @@ impl FsFile for StdFile {
     }
 }
 
-/// Bytes of a page, the span within which a copy's source and destination addresses can
-/// alias (4K aliasing).
-const PAGE_BYTES: usize = 4096;
-
 /// A piece shorter than this is written from where it lies, whatever its address. Why: the
 /// slow copy below costs little on a short piece, less than copying it apart.
 const PLACE_PIECES_FROM_BYTES: usize = 4 << 10;
 
-/// The largest distance, modulo [`PAGE_BYTES`], that a page-cache destination may lie ahead
-/// of its source before the kernel's copy slows. Why: with the destination 1–15 bytes past
-/// the source modulo 4 KiB every load waits on an earlier store to the same low address
-/// bits; measured on this project's machines (AMD EPYC, Linux 6.18), a 64 KiB `write` ran
-/// at 1.7–2.5 GB/s instead of 5.8–8.7 (16 bytes and more ran at full speed). 63 covers a
-/// cache line: the measured edge is one machine's.
-const ALIASING_AHEAD_BYTES_MAX: usize = 63;
-
 /// True when writing the bytes at `addr` to file offset `offset` makes the kernel copy
-/// them with its destination a few bytes ahead of its source modulo a page.
-fn copy_aliases(offset: u64, addr: usize) -> bool {
-    let ahead = (offset as usize).wrapping_sub(addr) % PAGE_BYTES;
-    (1..=ALIASING_AHEAD_BYTES_MAX).contains(&ahead)
+/// them into the page cache inside the 4K-aliasing window ([`copy_aliases`]: the page
+/// cache's destination lies at the offset modulo a page).
+fn write_aliases(offset: u64, addr: usize) -> bool {
+    copy_aliases(offset as usize, addr)
 }
 
 /// The pieces of a vectored write that would be copied slowly by the kernel
-/// ([`copy_aliases`]), copied once into buffers placed [`ALIASING_AHEAD_BYTES_MAX`] + 1
+/// ([`write_aliases`]), copied once into buffers placed [`ALIASING_AHEAD_BYTES_MAX`] + 1
 /// bytes ahead of them: that copy runs at full speed, and the kernel's then reads each one
 /// a few bytes behind where it writes.
 struct PlacedPieces {
@@ -302,14 +292,14 @@ impl PlacedPieces {
         let mut copies = Vec::new();
         let mut at = offset;
         for (i, p) in pieces.iter().enumerate() {
-            if p.len() >= PLACE_PIECES_FROM_BYTES && copy_aliases(at, p.as_ptr() as usize) {
-                let mut buf = Vec::with_capacity(p.len() + PAGE_BYTES);
-                let want = (p.as_ptr() as usize + ALIASING_AHEAD_BYTES_MAX + 1) % PAGE_BYTES;
-                let start = want.wrapping_sub(buf.as_ptr() as usize) % PAGE_BYTES;
+            if p.len() >= PLACE_PIECES_FROM_BYTES && write_aliases(at, p.as_ptr() as usize) {
+                let mut buf = Vec::with_capacity(p.len() + ALIAS_SPAN_BYTES);
+                let want = (p.as_ptr() as usize + ALIASING_AHEAD_BYTES_MAX + 1) % ALIAS_SPAN_BYTES;
+                let start = want.wrapping_sub(buf.as_ptr() as usize) % ALIAS_SPAN_BYTES;
                 // Within the capacity: no reallocation moves the buffer.
                 buf.resize(start, 0);
                 buf.extend_from_slice(p);
-                debug_assert!(!copy_aliases(at, buf[start..].as_ptr() as usize));
+                debug_assert!(!write_aliases(at, buf[start..].as_ptr() as usize));
                 copies.push((i, buf, start));
             }
             at += p.len() as u64;
@@ -434,7 +424,7 @@ mod tests {
 mod placement_tests {
     use super::*;
 
-    /// The window written out apart from [`copy_aliases`]: the destination 1 to 63 bytes
+    /// The window written out apart from [`write_aliases`]: the destination 1 to 63 bytes
     /// ahead of the source, modulo 4 KiB.
     fn ahead_by_a_few(offset: u64, addr: usize) -> bool {
         let ahead = (offset % 4096) as i64 - (addr % 4096) as i64;
