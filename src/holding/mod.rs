@@ -1179,6 +1179,35 @@ mod tests {
         assert!(matches!(d.get(b"k"), Err(Error::Poisoned { .. })));
     }
 
+    /// A failed write puts the window back under the overlay with its memory as it was, the
+    /// replaced values still in its chunks counted, also when the window is shared (a
+    /// unit's writer still holds it) and is duplicated rather than taken back (planted:
+    /// the duplicate's replaced bytes dropped — the mutant `delete field replaced_bytes`
+    /// in `Overlay::duplicate`, missed before this test).
+    #[test]
+    fn a_window_put_back_after_a_failed_write_keeps_its_memory_even_when_shared() {
+        use crate::testing::{FailAfter, FailingDb};
+        for shared in [false, true] {
+            let d = HoldingDb::new(FailingDb::new(MemoryDb::new("t"), FailAfter::new(0)));
+            d.hold().unwrap();
+            put(&d, "k", "first");
+            put(&d, "k", "second");
+            put(&d, "j", "v");
+            let before = d.held_memory();
+            assert!(
+                before > 6 + 1 + 2 + 2 * crate::node::HELD_KEY_BYTES,
+                "the replaced value is counted: {before}"
+            );
+            d.freeze().unwrap();
+            let writer = shared.then(|| d.frozen_window().unwrap().expect("frozen"));
+            assert!(d.write_frozen().is_err());
+            d.unfreeze();
+            assert_eq!(d.held_memory(), before, "shared: {shared}");
+            assert_eq!(d.held_keys(), 2);
+            drop(writer);
+        }
+    }
+
     /// The window's key order is the bytes' order, for keys that tie on their first 16
     /// bytes, keys that begin others, zero bytes and empty keys: checked against a plain
     /// sort of the same keys, written independently of the prefix sort.
