@@ -135,26 +135,46 @@ impl FailAfter {
     }
 }
 
-/// Fails writes once its [`FailAfter`] runs out; the failed batch is not applied.
+/// Fails writes once its [`FailAfter`] runs out. Made with [`FailingDb::new`], the failed
+/// batch is not applied (the write never reached the file); with [`FailingDb::landing`], it
+/// is applied and then reported failed (a failed fsync after the data reached the file):
+/// after an `Err` the caller may find either, and must handle both.
 #[derive(Debug)]
 pub struct FailingDb<D> {
     inner: D,
     budget: FailAfter,
+    /// Whether a failed write applies its batch before the error.
+    lands: bool,
     failures: AtomicU64,
+    write_calls: AtomicU64,
 }
 
 impl<D: Db> FailingDb<D> {
-    /// Wraps `inner` with `budget`.
+    /// Wraps `inner` with `budget`; a failed write applies nothing.
     pub fn new(inner: D, budget: FailAfter) -> Self {
         FailingDb {
             inner,
             budget,
+            lands: false,
             failures: AtomicU64::new(0),
+            write_calls: AtomicU64::new(0),
+        }
+    }
+    /// Wraps `inner` with `budget`; a failed write applies its batch, then fails.
+    pub fn landing(inner: D, budget: FailAfter) -> Self {
+        FailingDb {
+            lands: true,
+            ..Self::new(inner, budget)
         }
     }
     /// How many writes were failed (a fault test first proves its fault fired).
     pub fn failures(&self) -> u64 {
         self.failures.load(Ordering::SeqCst)
+    }
+    /// How many writes were asked for, failed or not (a test of poisoning proves that
+    /// nothing reached the write path after the failure).
+    pub fn write_calls(&self) -> u64 {
+        self.write_calls.load(Ordering::SeqCst)
     }
     /// The wrapped database.
     pub fn inner(&self) -> &D {
@@ -176,7 +196,11 @@ impl<D: Db> Db for FailingDb<D> {
         self.inner.range(range, direction)
     }
     fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
+        self.write_calls.fetch_add(1, Ordering::SeqCst);
         if !self.budget.take() {
+            if self.lands {
+                self.inner.write(batch, durability)?;
+            }
             self.failures.fetch_add(1, Ordering::SeqCst);
             return Err(Error::storage(
                 self.inner.name(),

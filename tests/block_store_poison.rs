@@ -10,10 +10,9 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use bytes::Bytes;
+use flushpoint::testing::{FailAfter, FailingDb};
 use flushpoint::{
-    Batch, BlockStore, Db, DbIter, Direction, Durability, Error, FlushRecord, KeyRange, MemoryDb,
-    RedbDb, RedbOptions, Result,
+    Batch, BlockStore, Db, Durability, Error, FlushRecord, MemoryDb, RedbDb, RedbOptions, Result,
 };
 use redb::{BackendError, StorageBackend, backends::InMemoryBackend};
 use support::{Saved, chain};
@@ -27,52 +26,14 @@ enum Failure {
     Landed,
 }
 
-/// A `Db` that lets `ok_writes` writes through and then fails every write, counting the
-/// failures it injected and every write call it saw.
-#[derive(Debug)]
-struct FailingDb<D> {
-    inner: D,
-    writes_left: AtomicU64,
-    failure: Failure,
-    write_calls: Arc<AtomicU64>,
-    injected_failures: Arc<AtomicU64>,
-}
-
-impl<D: Db> FailingDb<D> {
-    fn new(inner: D, ok_writes: u64, failure: Failure) -> Self {
-        FailingDb {
-            inner,
-            writes_left: AtomicU64::new(ok_writes),
-            failure,
-            write_calls: Arc::default(),
-            injected_failures: Arc::default(),
-        }
-    }
-}
-
-impl<D: Db> Db for FailingDb<D> {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        self.inner.get(key)
-    }
-    fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
-        self.inner.range(range, direction)
-    }
-    fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
-        self.write_calls.fetch_add(1, Ordering::SeqCst);
-        let left = self.writes_left.load(Ordering::SeqCst);
-        if left > 0 {
-            self.writes_left.store(left - 1, Ordering::SeqCst);
-            return self.inner.write(batch, durability);
-        }
-        if self.failure == Failure::Landed {
-            self.inner.write(batch, durability)?;
-        }
-        self.injected_failures.fetch_add(1, Ordering::SeqCst);
-        Err(Error::storage(self.name(), "fsync", "injected failure"))
-    }
+/// A `Db` that lets `ok_writes` writes through and then fails every write
+/// ([`flushpoint::testing::FailingDb`], counting its failures and every write call).
+fn failing<D: Db>(inner: D, ok_writes: u64, failure: Failure) -> Arc<FailingDb<D>> {
+    let budget = FailAfter::new(ok_writes);
+    Arc::new(match failure {
+        Failure::Lost => FailingDb::new(inner, budget),
+        Failure::Landed => FailingDb::landing(inner, budget),
+    })
 }
 
 fn assert_poisoned<T: std::fmt::Debug>(what: &str, r: Result<T>) {
@@ -128,9 +89,8 @@ fn assert_every_call_poisoned(store: &BlockStore<flushpoint::demo::Block>, block
 fn failed_save_block_poisons_every_later_call() {
     for failure in [Failure::Lost, Failure::Landed] {
         let mem = Arc::new(MemoryDb::new("block store"));
-        let db = FailingDb::new(mem.clone(), 2, failure);
-        let (calls, injected) = (db.write_calls.clone(), db.injected_failures.clone());
-        let store = BlockStore::<flushpoint::demo::Block>::open(Arc::new(db)).unwrap();
+        let db = failing(mem.clone(), 2, failure);
+        let store = BlockStore::<flushpoint::demo::Block>::open(db.clone()).unwrap();
         let blocks = chain(1, 4, 3, 100, 11);
         blocks[0].save(&store).unwrap();
         blocks[1].save(&store).unwrap();
@@ -138,9 +98,9 @@ fn failed_save_block_poisons_every_later_call() {
 
         let err = blocks[2].save(&store).unwrap_err();
         // The fault fired exactly once, and it is what the caller saw.
-        assert_eq!(injected.load(Ordering::SeqCst), 1, "{failure:?}");
+        assert_eq!(db.failures(), 1, "{failure:?}");
         assert!(
-            matches!(&err, Error::Storage { message, .. } if message == "injected failure"),
+            matches!(&err, Error::Storage { message, .. } if message.starts_with("injected failure")),
             "{failure:?}: {err:?}"
         );
         assert_eq!(
@@ -150,15 +110,15 @@ fn failed_save_block_poisons_every_later_call() {
         );
         assert_eq!(store.base(), 1);
 
-        let calls_after_failure = calls.load(Ordering::SeqCst);
+        let calls_after_failure = db.write_calls();
+        assert_eq!(
+            calls_after_failure, 3,
+            "{failure:?}: two saves and the failed one counted"
+        );
         assert_every_call_poisoned(&store, &blocks);
         // No later call reached the database's write path: nothing was retried.
-        assert_eq!(
-            calls.load(Ordering::SeqCst),
-            calls_after_failure,
-            "{failure:?}"
-        );
-        assert_eq!(injected.load(Ordering::SeqCst), 1);
+        assert_eq!(db.write_calls(), calls_after_failure, "{failure:?}");
+        assert_eq!(db.failures(), 1);
 
         // A restart (a new store over the same database) sees what the failed write left:
         // either outcome is possible after an Err, and both are consistent.
@@ -184,19 +144,14 @@ fn failed_prune_and_rollback_poison_the_store() {
         }),
     ];
     for (what, op) in ops {
-        let db = FailingDb::new(MemoryDb::new("block store"), 4, Failure::Lost);
-        let injected = db.injected_failures.clone();
-        let store = BlockStore::<flushpoint::demo::Block>::open(Arc::new(db)).unwrap();
+        let db = failing(MemoryDb::new("block store"), 4, Failure::Lost);
+        let store = BlockStore::<flushpoint::demo::Block>::open(db.clone()).unwrap();
         let blocks = chain(1, 4, 2, 50, 5);
         for b in &blocks {
             b.save(&store).unwrap();
         }
         assert!(op(&store).is_err(), "{what} succeeded past the failure");
-        assert_eq!(
-            injected.load(Ordering::SeqCst),
-            1,
-            "{what}: the fault fired once"
-        );
+        assert_eq!(db.failures(), 1, "{what}: the fault fired once");
         assert_eq!(
             (store.base(), store.height()),
             (1, 4),
@@ -205,11 +160,7 @@ fn failed_prune_and_rollback_poison_the_store() {
         assert_poisoned(what, op(&store));
         assert_poisoned("save_block after it", chain(5, 1, 1, 10, 1)[0].save(&store));
         assert_poisoned("load_block after it", store.load_block(4));
-        assert_eq!(
-            injected.load(Ordering::SeqCst),
-            1,
-            "{what}: a write was retried"
-        );
+        assert_eq!(db.failures(), 1, "{what}: a write was retried");
     }
 }
 
