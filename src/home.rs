@@ -246,6 +246,9 @@ impl FsFile for LockedFile {
     fn sync_data(&self) -> std::io::Result<()> {
         self.file.sync_data()
     }
+    fn start_writeback(&self) -> std::io::Result<()> {
+        self.file.start_writeback()
+    }
     fn sync_all(&self) -> std::io::Result<()> {
         self.file.sync_all()
     }

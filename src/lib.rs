@@ -101,12 +101,12 @@ pub use fs::{
 pub use holding::{FrozenWindow, HeldStore, HeldWrite, HoldingDb};
 pub use home::{HOME_FORMAT_VERSION, Home, HomeEngine, HomeOptions, JOURNAL_DIR};
 pub use journal::{
-    APPLY_BATCH_DELAY, Applier, CHECKPOINT_BYTES, CHECKPOINT_INTERVAL, INDEX_CACHE_BYTES,
-    INDEX_FILE, JournalCounts, JournalDb, JournalEngine, JournalOptions, JournalUsage,
-    KEYSPACE_NAME_BYTES_MAX, KeyspaceIndex, KeyspaceOptions, KeyspaceUsage, OVERLAY_BYTES_MAX,
-    PREPARED_UNITS_BELOW_BYTES, RUN_BLOCK_BYTES, RUNS_DIR, SEGMENT_BYTES,
-    SEPARATE_VALUES_FROM_BYTES, SEPARATE_VALUES_MIN_BYTES, SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL,
-    SPARE_SEGMENT_FILE, segment_file_name,
+    APPLY_BATCH_DELAY, APPLY_WHILE_SYNCING_BYTES_MIN, Applier, CHECKPOINT_BYTES,
+    CHECKPOINT_INTERVAL, INDEX_CACHE_BYTES, INDEX_FILE, JournalCounts, JournalDb, JournalEngine,
+    JournalOptions, JournalUsage, KEYSPACE_NAME_BYTES_MAX, KeyspaceIndex, KeyspaceOptions,
+    KeyspaceUsage, OVERLAY_BYTES_MAX, PREPARED_UNITS_BELOW_BYTES, RUN_BLOCK_BYTES, RUNS_DIR,
+    SEGMENT_BYTES, SEPARATE_VALUES_FROM_BYTES, SEPARATE_VALUES_MIN_BYTES,
+    SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL, SPARE_SEGMENT_FILE, segment_file_name,
 };
 pub use node::{
     DeferredWrites, Event, EventKind, EventSink, FLUSH_BYTES_MAX, FLUSH_INTERVAL, FlushInputs,

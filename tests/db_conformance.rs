@@ -63,6 +63,9 @@ fn small(applier: Applier) -> JournalOptions {
         // The background applier applies each unit at once: reads race its commits.
         apply_batch_delay: std::time::Duration::ZERO,
         applier,
+        // With the background applier every synced unit is applied while it is synced:
+        // reads race that step and its commit too.
+        apply_while_syncing_bytes_min: 0,
         ..JournalOptions::default()
     }
 }

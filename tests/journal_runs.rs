@@ -19,6 +19,8 @@
 //! `journal_power_cut.rs` and `journal_eio.rs` ("app" is indexed by runs there); the `Db`
 //! contract and the `BTreeMap` model in `db_conformance.rs` (`journal_runs*`).
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 
@@ -28,6 +30,8 @@ use flushpoint::{
     JournalOptions, KeyRange, KeyspaceIndex, KeyspaceOptions, OpenMode, RUNS_DIR,
     SEPARATE_VALUES_MIN_BYTES, SimFs, collect_range,
 };
+
+use common::fs::{Hook, HookedFs};
 
 const DIR: &str = "/journal";
 const APP: &str = "app";
@@ -347,59 +351,43 @@ fn assert_refused_naming(result: flushpoint::Result<JournalEngine>, run: &str) {
     }
 }
 
-/// A file system that is `inner` but for one path: opening it fails with EIO
-/// ([`Failing::Open`]), or removing it removes it and then reports it gone, as when another
-/// hand deleted it first ([`Failing::RemoveGone`]).
-#[derive(Debug)]
-struct FailingAt {
-    inner: SimFs,
-    path: std::path::PathBuf,
-    failing: Failing,
-}
-
-/// What [`FailingAt`] does at its path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Failing {
-    Open,
-    RemoveGone,
-}
-
-impl FileSystem for FailingAt {
-    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
-        self.inner.create_dir_all(dir)
-    }
-    fn open_file(
-        &self,
-        path: &Path,
-        mode: OpenMode,
-    ) -> std::io::Result<Box<dyn flushpoint::FsFile>> {
-        if path == self.path && self.failing == Failing::Open {
-            return Err(std::io::Error::from_raw_os_error(libc::EIO));
-        }
-        self.inner.open_file(path, mode)
-    }
-    fn exists(&self, path: &Path) -> std::io::Result<bool> {
-        self.inner.exists(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        self.inner.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
-        if path == self.path && self.failing == Failing::RemoveGone {
-            self.inner.remove_file(path)?;
-            return Err(std::io::ErrorKind::NotFound.into());
-        }
-        self.inner.remove_file(path)
-    }
-    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-        self.inner.sync_dir(dir)
-    }
-    fn allocated_bytes(&self, path: &Path) -> std::io::Result<u64> {
-        self.inner.allocated_bytes(path)
-    }
-    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
-        self.inner.list_dir(dir)
-    }
+/// A run's writeback start that fails (`sync_file_range` reporting a write error) is a
+/// failed write: the step fails and the engine is poisoned, refusing later writes, never
+/// listing the run; the unit, durable before its step, is replayed by the next open.
+/// Planted: the error ignored in `RunWriter::finish` → the second write succeeds, caught.
+#[test]
+fn a_failed_run_writeback_poisons_and_loses_nothing_acknowledged() {
+    let fs = SimFs::new();
+    let faulty = HookedFs::new(
+        fs.clone(),
+        Hook::FailWritebackUnder(Path::new(DIR).join(RUNS_DIR).join(APP)),
+    );
+    let engine = JournalEngine::open(Arc::new(faulty), Path::new(DIR), options()).expect("open");
+    let db = app(&engine);
+    let mut b = Batch::new();
+    b.put(key(1), value(1, 0));
+    // Inline: the step runs in the write, after the unit's sync; its failure is the write's.
+    let err = db
+        .write(&b, Durability::Synced)
+        .expect_err("the step's failed writeback fails the write");
+    assert_eq!(err.kind(), flushpoint::ErrorKind::Io, "{err}");
+    assert!(err.to_string().contains("writeback"), "{err}");
+    let mut again = Batch::new();
+    again.put(key(2), value(2, 0));
+    let err = db
+        .write(&again, Durability::Synced)
+        .expect_err("a poisoned engine refuses writes");
+    assert_eq!(err.kind(), flushpoint::ErrorKind::Poisoned, "{err}");
+    drop(db);
+    drop(engine);
+    let engine = open(&fs).expect("reopen");
+    let db = app(&engine);
+    assert_eq!(
+        db.get(&key(1)).unwrap(),
+        Some(value(1, 0)),
+        "the durable unit replayed"
+    );
+    assert_eq!(db.get(&key(2)).unwrap(), None);
 }
 
 /// A doomed run found already gone when its checkpoint unlinks it (deleted by another
@@ -413,11 +401,7 @@ fn a_doomed_run_already_gone_is_not_an_error() {
         .join(RUNS_DIR)
         .join(APP)
         .join(format!("{:020}.run", 0));
-    let faulty = FailingAt {
-        inner: fs.clone(),
-        path: first_run.clone(),
-        failing: Failing::RemoveGone,
-    };
+    let faulty = HookedFs::new(fs.clone(), Hook::RemoveGone(first_run.clone()));
     let engine = JournalEngine::open(Arc::new(faulty), Path::new(DIR), options()).expect("open");
     let db = app(&engine);
     // As in `writes_go_to_runs_...`: four rounds, three merges, run 6 the one left.
@@ -445,11 +429,10 @@ fn a_doomed_run_already_gone_is_not_an_error() {
 #[test]
 fn a_trimmed_segment_already_gone_is_not_an_error() {
     let fs = SimFs::new();
-    let faulty = FailingAt {
-        inner: fs.clone(),
-        path: Path::new(DIR).join(flushpoint::segment_file_name(0)),
-        failing: Failing::RemoveGone,
-    };
+    let faulty = HookedFs::new(
+        fs.clone(),
+        Hook::RemoveGone(Path::new(DIR).join(flushpoint::segment_file_name(0))),
+    );
     let options = JournalOptions {
         segment_bytes: 4096,
         prepare_segments: false,
@@ -484,11 +467,7 @@ fn a_trimmed_segment_already_gone_is_not_an_error() {
 #[test]
 fn an_io_error_opening_a_listed_run_is_an_io_error_naming_it_not_corruption() {
     let (fs, paths) = checkpointed_runs();
-    let faulty = FailingAt {
-        inner: fs.clone(),
-        path: paths[0].clone(),
-        failing: Failing::Open,
-    };
+    let faulty = HookedFs::new(fs.clone(), Hook::FailOpen(paths[0].clone()));
     let Err(err) = JournalEngine::open(Arc::new(faulty), Path::new(DIR), options()) else {
         panic!("the open fails");
     };

@@ -27,6 +27,15 @@
 //! * once every handle is dropped, segment 0 is deleted (the last reader's pin let it go),
 //!   and a reopen reads `k = v2`.
 //!
+//! The first model runs a third time with every synced unit applied while it is synced
+//! (ADR 0015, "Applied while it is synced"): the writer hands the unit to the applier once
+//! it is placed, the applier's step writes and inserts beside the append and the sync, and
+//! commits only once the unit is in the overlay. The same checks hold, and some
+//! interleavings began a step while its unit synced (not vacuous). The first version of
+//! the step's wait checked for the unit, let the lock go, then waited: loom found the
+//! writer's push and wake-up falling in between (a deadlock to loom; a 50 ms stall in a
+//! real run, the timeout).
+//!
 //! A second model reaches the applier's one sweep per step (ADR 0008): a plain keyspace
 //! (no values kept in the journal) and an overlay with room for two units, so that in some
 //! interleavings one apply step holds both of the writer's units, `k = v1` then `k = v2`,
@@ -45,7 +54,11 @@
 //!   before its index commit (a read in between sees the old value);
 //! * `loom_bug_no_wakeup_after_apply`: the applier does not wake writers waiting for room;
 //! * `loom_bug_merge_keeps_oldest`: a step's merge keeps the oldest op on a key, not the
-//!   newest (the merge model only: the first model never puts two units in one step).
+//!   newest (the merge model only: the first model never puts two units in one step);
+//! * `loom_bug_placed_commits_before_queued`: a step begun while its unit is synced commits
+//!   without waiting for the unit to enter the overlay (the first model applied while
+//!   syncing: the step's invariant "applied units queued" panics holding the state lock,
+//!   and loom reports the next lock's `PoisonError`).
 //!
 //! The merge model also catches `loom_bug_overlay_leaves_before_commit` (a reader finds
 //! nothing between the units leaving the overlay and the step's commit).
@@ -129,6 +142,8 @@ fn options(prepare_segments: bool, applier: Applier) -> JournalOptions {
         // Every unit here is small and synced: each takes a prepared segment (the spare).
         prepared_units_below_bytes: flushpoint::PREPARED_UNITS_BELOW_BYTES,
         run_block_bytes: flushpoint::RUN_BLOCK_BYTES,
+        // Applied once durable (the model with `while_syncing` sets 0).
+        apply_while_syncing_bytes_min: u64::MAX,
     }
 }
 
@@ -204,6 +219,8 @@ struct Tally {
     merged_behind_newer: AtomicUsize,
     /// The runs model: a merge was listed before the close.
     merged: AtomicUsize,
+    /// The first model with `while_syncing`: a step began while its unit was synced.
+    begun_while_syncing: AtomicUsize,
 }
 
 /// Prints the interleaving a model (named) failed in (loom panics out of `check`).
@@ -221,14 +238,14 @@ impl Drop for ReportFailure {
     }
 }
 
-fn model(prepare_segments: bool) {
+fn model(prepare_segments: bool, while_syncing: bool) {
     let tally = Arc::new(Tally::default());
     let started = std::time::Instant::now();
     let report = ReportFailure(
-        if prepare_segments {
-            "prepare_segments true"
-        } else {
-            "prepare_segments false"
+        match (prepare_segments, while_syncing) {
+            (_, true) => "applied while syncing",
+            (true, false) => "prepare_segments true",
+            (false, false) => "prepare_segments false",
         },
         tally.clone(),
     );
@@ -240,7 +257,10 @@ fn model(prepare_segments: bool) {
         let engine = JournalEngine::open(
             Arc::new(fs.clone()),
             dir,
-            options(prepare_segments, Applier::Background),
+            JournalOptions {
+                apply_while_syncing_bytes_min: if while_syncing { 0 } else { u64::MAX },
+                ..options(prepare_segments, Applier::Background)
+            },
         )
         .expect("open");
         let db = engine
@@ -250,8 +270,12 @@ fn model(prepare_segments: bool) {
             )
             .expect("keyspace");
         let (k, v1, v2) = write_twice_beside_a_reader(&db, &t.reader_saw_v1);
-        if engine.counts().segments_deleted > 0 {
+        let counts = engine.counts();
+        if counts.segments_deleted > 0 {
             t.trimmed_while_running.fetch_add(1, Ordering::SeqCst);
+        }
+        if counts.steps_begun_while_syncing > 0 {
+            t.begun_while_syncing.fetch_add(1, Ordering::SeqCst);
         }
         drop(db);
         drop(engine);
@@ -276,11 +300,18 @@ fn model(prepare_segments: bool) {
     let executions = tally.executions.load(Ordering::SeqCst);
     let saw_v1 = tally.reader_saw_v1.load(Ordering::SeqCst);
     let trimmed = tally.trimmed_while_running.load(Ordering::SeqCst);
+    let begun = tally.begun_while_syncing.load(Ordering::SeqCst);
     println!(
-        "loom_journal (prepare_segments {prepare_segments}): {executions} interleavings, \
-         the reader saw v1 in {saw_v1}, segment 0 deleted before the handles were dropped \
-         in {trimmed}; {:.1} s",
+        "loom_journal (prepare_segments {prepare_segments}, applied while syncing \
+         {while_syncing}): {executions} interleavings, the reader saw v1 in {saw_v1}, \
+         segment 0 deleted before the handles were dropped in {trimmed}, a step begun while \
+         its unit synced in {begun}; {:.1} s",
         started.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        begun > 0,
+        while_syncing,
+        "steps begun while syncing exactly when the option asks"
     );
     // Not vacuous: both values were read by the reader, and the trim ran with it alive.
     assert!(
@@ -301,7 +332,7 @@ fn model(prepare_segments: bool) {
 )]
 #[cfg_attr(loom_bug_no_wakeup_after_apply, should_panic(expected = "deadlock"))]
 fn reads_never_go_back_and_never_lose_a_segment() {
-    model(false);
+    model(false, false);
 }
 
 #[test]
@@ -315,7 +346,26 @@ fn reads_never_go_back_and_never_lose_a_segment() {
 )]
 #[cfg_attr(loom_bug_no_wakeup_after_apply, should_panic(expected = "deadlock"))]
 fn reads_never_go_back_with_prepared_segments() {
-    model(true);
+    model(true, false);
+}
+
+/// The first model with every synced unit applied while it is synced (ADR 0015, "Applied
+/// while it is synced"): the step begun on a unit not yet durable commits only once it is
+/// in the overlay, so the reads are as above.
+#[test]
+#[cfg_attr(
+    any(loom_bug_unlink_ignores_pins, loom_bug_pin_after_snapshot),
+    should_panic(expected = "the segment holding the value is missing")
+)]
+#[cfg_attr(loom_bug_no_wakeup_after_apply, should_panic(expected = "deadlock"))]
+// The planted bug: the step's invariant ("applied units queued") panics on the applier
+// holding the state lock; loom reports the next lock's `PoisonError`.
+#[cfg_attr(
+    loom_bug_placed_commits_before_queued,
+    should_panic(expected = "PoisonError")
+)]
+fn reads_never_go_back_with_units_applied_while_syncing() {
+    model(false, true);
 }
 
 /// The merge model's options: a plain keyspace's units, one segment, an overlay with room
@@ -334,6 +384,7 @@ fn merge_options(applier: Applier) -> JournalOptions {
         prepare_segments: false,
         prepared_units_below_bytes: flushpoint::PREPARED_UNITS_BELOW_BYTES,
         run_block_bytes: flushpoint::RUN_BLOCK_BYTES,
+        apply_while_syncing_bytes_min: u64::MAX,
     }
 }
 
@@ -413,6 +464,7 @@ fn runs_options(applier: Applier) -> JournalOptions {
         prepare_segments: false,
         prepared_units_below_bytes: flushpoint::PREPARED_UNITS_BELOW_BYTES,
         run_block_bytes: flushpoint::RUN_BLOCK_BYTES,
+        apply_while_syncing_bytes_min: u64::MAX,
     }
 }
 

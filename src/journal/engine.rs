@@ -68,6 +68,15 @@ pub const OVERLAY_BYTES_MAX: u64 = 4 * CHECKPOINT_BYTES;
 /// against 0.11 ms for the raw append + `fdatasync`); 20 ms gathers ~tens of blocks per
 /// commit, and a reader sees the overlay meanwhile, so nothing waits on it.
 pub const APPLY_BATCH_DELAY: Duration = Duration::from_millis(20);
+/// The smallest synced unit the background applier begins to apply while the unit is
+/// still being written and synced (ADR 0015, "Applied while it is synced"): its run files
+/// and index inserts are made meanwhile, and the step's index commit waits until the unit
+/// is durable and in the overlay. Why this bound: a flush window's unit (tens of MiB) is
+/// applied while its window is in flight and the next window's loop waits for it
+/// (`write + sync` then `apply` was 0.25–0.4 s against a light window's 0.3 s of
+/// execution, twenty-fifth session); a consensus block's unit (10 KiB light, ~1.8 MiB
+/// heavy) is left to the batching delay, which gathers many into one step.
+pub const APPLY_WHILE_SYNCING_BYTES_MIN: u64 = 4 << 20;
 /// The index's file name in the journal directory.
 pub const INDEX_FILE: &str = "index.redb";
 /// redb's page cache for the index, in bytes. Why this bound: since the app's state went to
@@ -362,6 +371,10 @@ pub struct JournalOptions {
     /// least 1). Default [`RUN_BLOCK_BYTES`]: a point read costs one `pread` of one block.
     /// Tests use a few bytes so that a run has many blocks.
     pub run_block_bytes: usize,
+    /// Synced units of at least this many bytes are applied while they are written and
+    /// synced ([`Applier::Background`] only; default [`APPLY_WHILE_SYNCING_BYTES_MIN`];
+    /// `u64::MAX`: never, every unit is applied once durable).
+    pub apply_while_syncing_bytes_min: u64,
 }
 
 impl Default for JournalOptions {
@@ -377,6 +390,7 @@ impl Default for JournalOptions {
             prepare_segments: true,
             prepared_units_below_bytes: PREPARED_UNITS_BELOW_BYTES,
             run_block_bytes: RUN_BLOCK_BYTES,
+            apply_while_syncing_bytes_min: APPLY_WHILE_SYNCING_BYTES_MIN,
         }
     }
 }
@@ -398,6 +412,9 @@ pub struct JournalCounts {
     /// Apply steps: the applier's redb transactions, each holding every durable unit not
     /// yet applied when it began (`units_written / apply_steps` is the units per step).
     pub apply_steps: u64,
+    /// Of those, the steps begun while their unit was still being written and synced
+    /// ([`JournalOptions::apply_while_syncing_bytes_min`]).
+    pub steps_begun_while_syncing: u64,
     /// Segments deleted by trims.
     pub segments_deleted: u64,
     /// Times a writer found the unapplied units over `overlay_bytes_max` and waited (or, with
@@ -479,6 +496,7 @@ struct Counters {
     journal_bytes_written: AtomicU64,
     checkpoints: AtomicU64,
     apply_steps: AtomicU64,
+    steps_begun_while_syncing: AtomicU64,
     segments_deleted: AtomicU64,
     overlay_waits: AtomicU64,
     overlay_bytes_peak: AtomicU64,
@@ -527,6 +545,11 @@ struct State {
     /// Callers in [`Shared::wait_applied`]: the background applier applies at once while
     /// there are any (no batching delay).
     apply_waiters: usize,
+    /// The synced unit being written and synced now, placed in its segment, when the
+    /// background applier may begin to apply it meanwhile
+    /// ([`JournalOptions::apply_while_syncing_bytes_min`]): not in the overlay, not
+    /// readable; cleared when it enters the overlay.
+    placed: Option<Pending>,
     /// Where the last applied unit ends (segment, offset after it).
     applied_end: (u64, u64),
     checkpoint_seq: u64,
@@ -913,6 +936,7 @@ impl JournalEngine {
             durable_through: written_through,
             applied_seq,
             apply_waiters: 0,
+            placed: None,
             applied_end,
             checkpoint_seq: applied_seq,
             bytes_since_checkpoint: 0,
@@ -1148,6 +1172,7 @@ impl JournalEngine {
             journal_bytes_written: get(&c.journal_bytes_written),
             checkpoints: get(&c.checkpoints),
             apply_steps: get(&c.apply_steps),
+            steps_begun_while_syncing: get(&c.steps_begun_while_syncing),
             segments_deleted: get(&c.segments_deleted),
             overlay_waits: get(&c.overlay_waits),
             overlay_bytes_peak: get(&c.overlay_bytes_peak),
@@ -1711,11 +1736,18 @@ struct ValueAt {
 
 impl ValueAt {
     fn encode(&self, out: &mut Vec<u8>) {
-        out.push(VALUE_IN_SEGMENT);
-        out.extend_from_slice(&self.segment.to_le_bytes());
-        out.extend_from_slice(&self.offset.to_le_bytes());
-        out.extend_from_slice(&self.len.to_le_bytes());
-        out.extend_from_slice(&self.crc.to_le_bytes());
+        out.extend_from_slice(&self.encoded());
+    }
+
+    /// The tagged pointer, [`POINTER_BYTES`] long.
+    fn encoded(&self) -> [u8; POINTER_BYTES] {
+        let mut out = [0; POINTER_BYTES];
+        out[0] = VALUE_IN_SEGMENT;
+        out[1..9].copy_from_slice(&self.segment.to_le_bytes());
+        out[9..17].copy_from_slice(&self.offset.to_le_bytes());
+        out[17..21].copy_from_slice(&self.len.to_le_bytes());
+        out[21..25].copy_from_slice(&self.crc.to_le_bytes());
+        out
     }
 
     /// The pointer in a tagged index value; `Ok(None)` for an inline value.
@@ -1734,6 +1766,23 @@ impl ValueAt {
         }
     }
 }
+
+/// A value as a run is to store it, given without building its stored form: a merge's
+/// input (or a keyspace that does not separate) brings the stored bytes, an apply step in
+/// a separating keyspace the value and which form it takes (ADR 0016). Why: built whole,
+/// each short value was allocated and copied once more on the applier thread.
+#[derive(Debug, Clone)]
+enum RunValue {
+    /// The bytes the run stores, as they are.
+    Stored(Bytes),
+    /// A short value, stored after [`VALUE_INLINE`].
+    Inline(Bytes),
+    /// A large value's place in its unit, stored as a pointer.
+    Pointer(ValueAt),
+}
+
+/// An op as [`Shared::write_run`] takes it: a key and a put's value, `None` a tombstone.
+type RunOp = (Bytes, Option<RunValue>);
 
 /// What an apply step changed beyond the tables: the live bytes of each segment whose
 /// count changed, the segments whose first unit it applied, and where each value it kept
@@ -2014,7 +2063,26 @@ impl Shared {
             let len = unit::encoded_len(&ops.sections).ok_or_else(|| {
                 Error::InvalidInput("a journal unit's body must be under 4 GiB".into())
             })?;
-            let offset = self.append(&mut w, seq, len, synced, &ops.sections)?;
+            // A large synced unit may be applied while it is written and synced (the
+            // background applier): placed, it is handed over, readable by no one.
+            let apply_while_syncing = synced
+                && self.options.applier == Applier::Background
+                && len >= self.options.apply_while_syncing_bytes_min;
+            let placed = |segment: u64, offset: u64| {
+                if apply_while_syncing {
+                    self.lock_state().placed = Some(Pending {
+                        seq,
+                        segment,
+                        offset,
+                        len,
+                        bytes: ops.sections.byte_size(),
+                        ops: ops.clone(),
+                        queued_at: Instant::now(),
+                    });
+                    self.changed.notify_all();
+                }
+            };
+            let offset = self.append(&mut w, seq, len, synced, &ops.sections, placed)?;
             let at = (w.segment, offset, len);
             // The unit enters the overlay only after it is in the file, and (synced) after
             // its sync: a reader never sees a write a crash could take back once `Ok`.
@@ -2023,6 +2091,9 @@ impl Shared {
             }
             w.next_seq = seq + 1;
             let mut st = self.lock_state();
+            // Crash: none here (the unit is durable). A step begun on it while it was
+            // synced commits only after this push (`wait_until_queued`).
+            st.placed = None;
             push_unit(&mut st, seq, ops, at);
             self.counters
                 .overlay_bytes_peak
@@ -2051,6 +2122,31 @@ impl Shared {
                     .expect("journal state lock");
                 Ok(())
             }
+        }
+    }
+
+    /// Waits until unit `seq`, placed and taken by an apply step while it was synced, is
+    /// durable and in the overlay (its writer pushes it after its sync); `Err` when the
+    /// engine is poisoned meanwhile (its write or sync failed: it never will be).
+    fn wait_until_queued(&self, seq: u64) -> Result<()> {
+        loop {
+            self.poison.check(ENGINE_NAME)?;
+            // Checked under the lock the wait lets go: the push (under it) and its wake-up
+            // cannot fall between the check and the wait. (A first version checked, let go,
+            // and waited: a push in between was missed until the timeout; loom found it.)
+            let st = self.lock_state();
+            if st.queue.front().is_some_and(|u| u.seq == seq) {
+                assert!(
+                    st.durable_through >= seq,
+                    "invariant: a unit enters the overlay durable"
+                );
+                return Ok(());
+            }
+            // Timed: a poison set between the check and the wait is seen anyway.
+            let _ = self
+                .changed
+                .wait_timeout(st, Duration::from_millis(50))
+                .expect("journal state lock");
         }
     }
 
@@ -2107,8 +2203,9 @@ impl Shared {
     /// it would pass the segment size, or early, into a ready spare, when a small synced
     /// unit that ends a run of [`SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL`] would grow a segment
     /// that is not prepared; the unit is `len` bytes
-    /// (`unit::encoded_len`), encoded as it is written, in chunks. Returns the unit's
-    /// offset in `w.segment`.
+    /// (`unit::encoded_len`), encoded as it is written, in chunks. `placed` is called with
+    /// the unit's segment and offset once they are known, before its first byte is
+    /// written. Returns the unit's offset in `w.segment`.
     fn append(
         &self,
         w: &mut Writer,
@@ -2116,6 +2213,7 @@ impl Shared {
         len: u64,
         synced: bool,
         sections: &Sections,
+        placed: impl FnOnce(u64, u64),
     ) -> Result<u64> {
         // What the header says was durable when the unit was written: as before a roll's
         // sync (true either way; recovery only trusts it for units before this one).
@@ -2202,6 +2300,7 @@ impl Shared {
                 0
             };
         }
+        placed(w.segment, w.offset);
         let path = self.segment_path(w.segment);
         let file = w
             .file
@@ -2294,15 +2393,35 @@ impl Shared {
     /// Applies every durable unapplied unit to redb (`Durability::None`), then runs a
     /// checkpoint if one is due (or `force`d and anything was applied since the last).
     fn apply_step(&self, force: bool) -> Result<()> {
+        self.apply_step_taking(force, false)
+    }
+
+    /// [`Self::apply_step`]; with `placed_too` (the background applier's own steps) and no
+    /// unit queued, the step takes the unit being written and synced, when there is one
+    /// (`State::placed`), and commits once that unit is in the overlay.
+    fn apply_step_taking(&self, force: bool, placed_too: bool) -> Result<()> {
         let _apply = self.lock_apply();
         self.poison.check(ENGINE_NAME)?;
-        let units: Vec<Pending> = {
+        let (units, while_syncing): (Vec<Pending>, bool) = {
             let st = self.lock_state();
-            st.queue
-                .iter()
-                .take_while(|u| u.seq <= st.durable_through)
-                .cloned()
-                .collect()
+            match &st.placed {
+                Some(placed) if placed_too && st.queue.is_empty() => {
+                    assert_eq!(
+                        placed.seq,
+                        st.applied_seq + 1,
+                        "invariant: a placed unit follows every applied one"
+                    );
+                    (vec![placed.clone()], true)
+                }
+                _ => (
+                    st.queue
+                        .iter()
+                        .take_while(|u| u.seq <= st.durable_through)
+                        .cloned()
+                        .collect(),
+                    false,
+                ),
+            }
         };
         if let Some(last) = units.last() {
             let last_seq = last.seq;
@@ -2315,7 +2434,23 @@ impl Shared {
                     st.overlay.remove(u.seq, u.bytes, &u.ops);
                 }
             }
-            let applied = self.apply_units(&units)?;
+            // Crash: a step begun while its unit is synced writes its runs (listed by no
+            // manifest: deleted on open) and its inserts (an uncommitted transaction), and
+            // commits only once the unit is durable and in the overlay, so neither the index
+            // nor a reader ever holds what a cut could take back.
+            let before_commit = || {
+                // A planted bug for `tests/loom_journal.rs`: the step commits without
+                // waiting for its unit.
+                if while_syncing && !cfg!(loom_bug_placed_commits_before_queued) {
+                    self.wait_until_queued(last_seq)
+                } else {
+                    Ok(())
+                }
+            };
+            let applied = self.apply_units(&units, before_commit)?;
+            if while_syncing {
+                bump(&self.counters.steps_begun_while_syncing, 1);
+            }
             bump(&self.counters.apply_steps, 1);
             let mut st = self.lock_state();
             for segment in applied.segments_started {
@@ -2406,7 +2541,11 @@ impl Shared {
     /// to its bytes in the unit (ADR 0013), and the live bytes per segment follow every
     /// pointer written, replaced or deleted. Returns the new live bytes of each segment
     /// whose count changed (written in the same transaction).
-    fn apply_units(&self, units: &[Pending]) -> Result<Applied> {
+    fn apply_units(
+        &self,
+        units: &[Pending],
+        before_commit: impl FnOnce() -> Result<()>,
+    ) -> Result<Applied> {
         let (separated, runs_kinds) = {
             let st = self.lock_state();
             let kinds: BTreeSet<String> = st.runs.keys().cloned().collect();
@@ -2447,8 +2586,8 @@ impl Shared {
                 let keys_max = sections.iter().map(|s| s.len() as u64).sum();
                 let (run, pointers) = match separated.get(name) {
                     None => {
-                        let ops =
-                            NewestPerKey::new(sections).map(|(k, v)| Ok((k.clone(), v.clone())));
+                        let ops = NewestPerKey::new(sections)
+                            .map(|(k, v)| Ok((k.clone(), v.clone().map(RunValue::Stored))));
                         self.write_run(name, ops, keys_max, false)?
                     }
                     Some(&from) => {
@@ -2478,16 +2617,11 @@ impl Shared {
                                             .expect("invariant: a unit's values are under 4 GiB"),
                                         crc: crc32fast::hash(v),
                                     };
-                                    let mut stored = Vec::with_capacity(POINTER_BYTES);
-                                    at.encode(&mut stored);
                                     value_ranges.push((at.segment, at.offset, u64::from(at.len)));
                                     kept += 1;
-                                    Bytes::from(stored)
+                                    RunValue::Pointer(at)
                                 } else {
-                                    let mut stored = Vec::with_capacity(1 + v.len());
-                                    stored.push(VALUE_INLINE);
-                                    stored.extend_from_slice(v);
-                                    Bytes::from(stored)
+                                    RunValue::Inline(v.clone())
                                 }
                             });
                             Some(Ok((k.clone(), stored)))
@@ -2597,6 +2731,7 @@ impl Shared {
             meta.insert(META_APPLIED_SEQ, last)
                 .map_err(self.failing("write meta"))?;
         }
+        before_commit()?;
         self.step.point();
         txn.commit().map_err(self.failing("commit"))?;
         bump(&self.counters.values_kept_in_journal, kept);
@@ -2662,7 +2797,7 @@ impl Shared {
     fn write_run(
         &self,
         keyspace: &str,
-        ops: impl Iterator<Item = Result<UnitOp>>,
+        ops: impl Iterator<Item = Result<RunOp>>,
         keys_max: u64,
         separating: bool,
     ) -> Result<(Arc<Run>, RunPointers)> {
@@ -2682,7 +2817,7 @@ impl Shared {
         &self,
         keyspace: &str,
         id: u64,
-        ops: impl Iterator<Item = Result<UnitOp>>,
+        ops: impl Iterator<Item = Result<RunOp>>,
         keys_max: u64,
         separating: bool,
     ) -> Result<(Arc<Run>, RunPointers)> {
@@ -2699,20 +2834,38 @@ impl Shared {
         let mut pointers = RunPointers::new();
         for op in ops {
             let (k, v) = op.map_err(|e| self.fail(e))?;
-            if separating && let Some(stored) = &v {
-                let at = ValueAt::decode(stored).map_err(|reason| {
-                    self.fail(Error::Corrupt {
-                        db: format!("{ENGINE_NAME} run {id} of keyspace {keyspace}"),
-                        key: k.to_vec(),
-                        height: None,
-                        reason,
-                    })
-                })?;
-                if let Some(at) = at {
-                    *pointers.entry(at.segment).or_default() += u64::from(at.len);
+            let at = match &v {
+                Some(RunValue::Stored(stored)) if separating => {
+                    ValueAt::decode(stored).map_err(|reason| {
+                        self.fail(Error::Corrupt {
+                            db: format!("{ENGINE_NAME} run {id} of keyspace {keyspace}"),
+                            key: k.to_vec(),
+                            height: None,
+                            reason,
+                        })
+                    })?
                 }
+                Some(RunValue::Pointer(at)) => Some(*at),
+                _ => None,
+            };
+            if let Some(at) = at {
+                assert!(
+                    separating,
+                    "invariant: pointers only in a separating keyspace"
+                );
+                *pointers.entry(at.segment).or_default() += u64::from(at.len);
             }
-            writer.push(&k, v.as_deref()).map_err(|e| self.fail(e))?;
+            let pointer;
+            let value = match &v {
+                None => None,
+                Some(RunValue::Stored(stored)) => Some((&[][..], &stored[..])),
+                Some(RunValue::Inline(v)) => Some((&[VALUE_INLINE][..], &v[..])),
+                Some(RunValue::Pointer(at)) => {
+                    pointer = at.encoded();
+                    Some((&pointer[..], &[][..]))
+                }
+            };
+            writer.push_split(&k, value).map_err(|e| self.fail(e))?;
         }
         let meta = writer.finish().map_err(|e| self.fail(e))?;
         let file = self
@@ -2936,8 +3089,13 @@ impl Shared {
         };
         let keys_max = inputs.iter().map(|r| r.ops()).sum();
         let separating = self.lock_state().separated.contains_key(&keyspace);
-        let (out, out_pointers) =
-            self.write_run_as(&keyspace, id, &mut merged, keys_max, separating)?;
+        let (out, out_pointers) = self.write_run_as(
+            &keyspace,
+            id,
+            (&mut merged).map(|op| op.map(|(k, v)| (k, v.map(RunValue::Stored)))),
+            keys_max,
+            separating,
+        )?;
         if merged.stopped {
             drop(out);
             // Crash: the file is listed nowhere; an unlink lost in a cut leaves it for the
@@ -3283,7 +3441,9 @@ impl Shared {
                             || st.overlay_bytes >= self.options.overlay_bytes_max / 2
                             || st.apply_waiters > 0
                     });
-                    if apply_due || time_due {
+                    // A placed unit, every earlier one applied: its step begins now.
+                    let placed_due = st.placed.is_some() && st.queue.is_empty();
+                    if apply_due || time_due || placed_due {
                         // Looked at here, under the lock already held: no lock of its own
                         // per step (each would be one more step for a loom model).
                         start_merger = !st.merger_live && !st.runs.is_empty();
@@ -3301,7 +3461,7 @@ impl Shared {
                         .0;
                 }
             }
-            if self.apply_step(false).is_err()
+            if self.apply_step_taking(false, true).is_err()
                 || self.keep_spare_ready().is_err()
                 || (start_merger && self.start_merger().is_err())
             {

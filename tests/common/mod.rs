@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod disk;
+pub mod fs;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
