@@ -5,6 +5,8 @@
 //! through block sync, consensus, a clean stop and a Consistent reopen — to the same state
 //! as a redb home fed the same chain — and rolls back with `flushpoint::rollback`.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -376,4 +378,40 @@ fn a_journal_home_with_app_runs_records_them_matches_the_tree_and_refuses_the_ot
         Err(Error::InvalidInput(_))
     ));
     assert!(!redb_home.join("FORMAT").exists());
+}
+
+/// A home's files are opened through its lock-holding wrapper (`LockedFs`); the wrapper
+/// forwards each file's writeback start (ADR 0015, "Applied while it is synced": a run
+/// starts its writeback when written), so a write error it reports reaches the engine and
+/// poisons it. Found by mutation testing: the wrapper's `start_writeback` as `Ok(())` (the
+/// trait's default) passed every suite.
+#[test]
+fn a_journal_homes_files_forward_a_failed_writeback_start() {
+    use common::fs::{Hook, HookedFs};
+    let fs = SimFs::new();
+    let path = Path::new("/h");
+    let runs = path
+        .join(flushpoint::JOURNAL_DIR)
+        .join(flushpoint::RUNS_DIR);
+    let hooked = HookedFs::new(fs.clone(), Hook::FailWritebackUnder(runs));
+    let options = HomeOptions {
+        journal: flushpoint::JournalOptions {
+            applier: flushpoint::Applier::Inline,
+            ..flushpoint::JournalOptions::default()
+        },
+        ..journal()
+    };
+    let home = Home::open_on(Arc::new(hooked), path, options).unwrap();
+    let mut b = flushpoint::Batch::new();
+    b.put(&b"k"[..], &b"v"[..]);
+    let err = home
+        .app_db
+        .write(&b, flushpoint::Durability::Synced)
+        .expect_err("the app's run fails its writeback start: the write fails");
+    assert!(err.to_string().contains("writeback"), "{err}");
+    let err = home
+        .app_db
+        .write(&b, flushpoint::Durability::Synced)
+        .expect_err("poisoned");
+    assert_eq!(err.kind(), ErrorKind::Poisoned, "{err}");
 }

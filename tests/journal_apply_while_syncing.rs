@@ -102,6 +102,14 @@ fn write_unit_beside(opened: &Opened) -> std::thread::JoinHandle<flushpoint::Res
     })
 }
 
+/// Waits until every unit written so far is applied (the journal's `UnitGroup` wait).
+fn wait_applied(db: &flushpoint::JournalDb) -> flushpoint::Result<()> {
+    db.unit_group()
+        .expect("a journal keyspace is a group member")
+        .group
+        .wait_applied()
+}
+
 fn segments_dir_hook() -> Hook {
     // The segments lie in the journal's directory itself; the runs and the index under it
     // are held too, but nothing syncs them before the checkpoint, which waits for the gate.
@@ -179,13 +187,7 @@ fn a_large_unit_is_applied_while_it_syncs_and_commits_only_once_durable() {
     // The sync returns: the writer is acknowledged, and the same step commits.
     hooked.gate.open();
     writer.join().unwrap().expect("the write");
-    opened
-        .plain
-        .unit_group()
-        .expect("a journal keyspace is a group member")
-        .group
-        .wait_applied()
-        .expect("applied");
+    wait_applied(&opened.plain).expect("applied");
     let c = opened.engine.counts();
     assert_eq!(
         (c.apply_steps, c.steps_begun_while_syncing, c.runs_written),
@@ -206,13 +208,7 @@ fn a_large_unit_is_applied_while_it_syncs_and_commits_only_once_durable() {
     });
     hooked.gate.open();
     second.join().unwrap().expect("a second write");
-    opened
-        .plain
-        .unit_group()
-        .expect("member")
-        .group
-        .wait_applied()
-        .expect("the second unit applied");
+    wait_applied(&opened.plain).expect("the second unit applied");
     let c = opened.engine.counts();
     assert_eq!(
         (c.apply_steps, c.steps_begun_while_syncing),
@@ -238,8 +234,7 @@ fn a_unit_under_the_size_waits_for_its_sync_before_its_step() {
     );
     // A waiter asks for the apply: still nothing before the sync.
     let plain = opened.plain.clone();
-    let waiter =
-        std::thread::spawn(move || plain.unit_group().expect("member").group.wait_applied());
+    let waiter = std::thread::spawn(move || wait_applied(&plain));
     std::thread::sleep(NOT_WITHIN);
     assert!(runs_of(&fs).is_empty(), "no step before the sync");
     hooked.gate.open();

@@ -27,6 +27,7 @@
 //! same way. Prints the number of cut states. `FLUSHPOINT_SEED=<n>` replays a plan and its
 //! random fates; `FLUSHPOINT_FULL=1` adds random fates.
 
+mod common;
 mod support;
 
 use std::collections::BTreeMap;
@@ -34,6 +35,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use common::fs::{Hook, HookedFs};
 use flushpoint::{
     Applier, Batch, Db, DirFate, Direction, Durability, FileFate, JournalEngine, JournalOptions,
     KeyRange, KeyspaceOptions, SimFs, collect_range,
@@ -59,6 +61,10 @@ const SEPARATE_FROM: u32 = 64;
 /// Body bytes of a run's block in this test. Why: a run of a few small ops then has
 /// several blocks, so a cut can land between any two of its writes.
 const RUN_BLOCK_BYTES: usize = 64;
+/// How long each sync takes in the cuts with units applied while synced. Why: long enough
+/// for the applier to take a unit being synced most of the time, short enough that every
+/// cut of a run of ~50 syncs takes well under a second.
+const SLOW_SYNC_MS: u64 = 1;
 /// Buffered units in a burst. Why: three of ~160 bytes pass `OVERLAY_BYTES`.
 const BURST_UNITS: u32 = 3;
 
@@ -227,8 +233,17 @@ fn run_with(
     steps: &[Step],
     options: JournalOptions,
 ) -> (Outcome, Option<JournalEngine>) {
+    run_on(Arc::new(fs.clone()), steps, options)
+}
+
+/// [`run_with`] on any file system (a hooked `SimFs`).
+fn run_on(
+    fs: Arc<dyn flushpoint::FileSystem>,
+    steps: &[Step],
+    options: JournalOptions,
+) -> (Outcome, Option<JournalEngine>) {
     let mut out = Outcome::default();
-    let Ok(engine) = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options) else {
+    let Ok(engine) = JournalEngine::open(fs, Path::new(DIR), options) else {
         return (out, None);
     };
     // "blocks" keeps its values of SEPARATE_FROM bytes or more in the journal (ADR 0013): a
@@ -549,6 +564,20 @@ fn oracle_rejects_a_lost_acknowledged_unit_and_a_partial_unit() {
 /// — in a write, in the applier, or in the close — is recovered and checked as above.
 #[test]
 fn every_cut_with_the_background_applier_recovers_every_acknowledged_unit() {
+    background_cuts(false);
+}
+
+/// The same, with every synced unit applied while it is written and synced (ADR 0015,
+/// "Applied while it is synced"): a cut can land in a step's run writes or inserts before
+/// its unit is durable, in the unit's sync while the step waits, or in the step's commit
+/// after it. Recovered and checked as above; the uncut run began steps that way (not
+/// vacuous).
+#[test]
+fn every_cut_with_units_applied_while_syncing_recovers_every_acknowledged_unit() {
+    background_cuts(true);
+}
+
+fn background_cuts(while_syncing: bool) {
     let seed = support::seed(SEED_DEFAULT);
     println!("seed {seed} (replay the plan and fates: FLUSHPOINT_SEED={seed})");
     let steps = plan(seed);
@@ -558,11 +587,36 @@ fn every_cut_with_the_background_applier_recovers_every_acknowledged_unit() {
     let background = || JournalOptions {
         applier: Applier::Background,
         apply_batch_delay: std::time::Duration::ZERO,
+        apply_while_syncing_bytes_min: if while_syncing { 0 } else { u64::MAX },
         ..options()
     };
+    // Applied while syncing, the syncs take a millisecond: on a `SimFs` a sync is
+    // instantaneous, and the applier would almost never find a unit still being synced.
+    let run = |fs: &SimFs| {
+        if while_syncing {
+            let slow = Hook::SlowSyncs(std::time::Duration::from_millis(SLOW_SYNC_MS));
+            run_on(
+                Arc::new(HookedFs::new(fs.clone(), slow)),
+                &steps,
+                background(),
+            )
+        } else {
+            run_with(fs, &steps, background())
+        }
+    };
     let fs = SimFs::new();
-    let (out, engine) = run_with(&fs, &steps, background());
+    let (out, engine) = run(&fs);
     assert!(out.completed);
+    let begun = engine
+        .as_ref()
+        .expect("the uncut run opens")
+        .counts()
+        .steps_begun_while_syncing;
+    assert_eq!(
+        begun > 0,
+        while_syncing,
+        "{begun} steps begun while their unit synced"
+    );
     drop(engine);
     let total_ops = fs.ops();
     let mut rng = Rng(seed ^ 0x0bac_6000);
@@ -572,7 +626,7 @@ fn every_cut_with_the_background_applier_recovers_every_acknowledged_unit() {
     for k in 1..=total_ops + total_ops / 4 {
         let fs = SimFs::new();
         fs.set_cut_at(Some(k));
-        let (out, engine) = run_with(&fs, &steps, background());
+        let (out, engine) = run(&fs);
         // The close (applier stopped, last checkpoint) may be where the cut lands.
         drop(engine);
         if !fs.is_dead() {
@@ -595,7 +649,9 @@ fn every_cut_with_the_background_applier_recovers_every_acknowledged_unit() {
         }
     }
     println!(
-        "background applier: {total_ops} operations uncut, {checked} cut states checked, {not_fired} cuts past the run's end"
+        "background applier (applied while syncing: {while_syncing}, {begun} steps so uncut): \
+         {total_ops} operations uncut, {checked} cut states checked, {not_fired} cuts past the \
+         run's end"
     );
     assert!(
         failures.is_empty(),

@@ -20,17 +20,21 @@
 //! heights, `version ‖ kind ‖ payload ‖ crc32(key ‖ version ‖ kind ‖ payload)`) with this
 //! file's own CRC-32, never with the codec's functions.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use flushpoint::codec::keys;
 use flushpoint::codec::{Reader, Writer};
 use flushpoint::codec::{RecordKind, decode_record, encode_record};
 use flushpoint::{
-    Batch, CorruptReason, Db, Durability, ErrorKind, FileSystem, FsFile, OpenMode, RedbDb,
-    RedbOptions, SimFs, fsync_dir,
+    Batch, CorruptReason, Db, Durability, ErrorKind, FileSystem, RedbDb, RedbOptions, SimFs,
+    fsync_dir,
 };
+
+use common::fs::{Hook, HookedFs};
 
 // ---------------------------------------------------------------------------------------
 // An independent CRC-32 (IEEE 802.3, reflected, polynomial 0xEDB88320), bit by bit.
@@ -368,121 +372,6 @@ fn fsync_dir_reports_a_missing_directory() {
     assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
 }
 
-/// A file system over `SimFs` that fails some operations, and records at each rename how
-/// many file ops the simulated machine still had unsynced.
-#[derive(Debug, Clone)]
-struct Faulty {
-    inner: SimFs,
-    /// `remove_file` fails with `PermissionDenied`.
-    deny_remove: bool,
-    /// `sync_data` on files whose name ends with this is a no-op (the data is not made
-    /// durable: a disk that loses redb's own syncs on that file).
-    lose_sync_data_of: Option<&'static str>,
-    /// Unsynced file ops at each rename, with the renamed file.
-    renames: Arc<Mutex<Vec<(PathBuf, usize)>>>,
-    /// `sync_data` calls dropped (the fault fired).
-    lost_syncs: Arc<AtomicU64>,
-}
-
-impl Faulty {
-    fn new(inner: SimFs) -> Self {
-        Faulty {
-            inner,
-            deny_remove: false,
-            lose_sync_data_of: None,
-            renames: Arc::default(),
-            lost_syncs: Arc::default(),
-        }
-    }
-}
-
-#[derive(Debug)]
-struct FaultyFile {
-    inner: Box<dyn FsFile>,
-    lose_sync_data: bool,
-    lost_syncs: Arc<AtomicU64>,
-}
-
-impl FsFile for FaultyFile {
-    fn len(&self) -> std::io::Result<u64> {
-        self.inner.len()
-    }
-    fn read_at(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
-        self.inner.read_at(offset, out)
-    }
-    fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
-        self.inner.write_at(offset, data)
-    }
-    fn set_len(&self, len: u64) -> std::io::Result<()> {
-        self.inner.set_len(len)
-    }
-    fn punch_hole(&self, offset: u64, len: u64) -> std::io::Result<bool> {
-        self.inner.punch_hole(offset, len)
-    }
-    fn sync_data(&self) -> std::io::Result<()> {
-        if self.lose_sync_data {
-            self.lost_syncs.fetch_add(1, Ordering::Relaxed);
-            Ok(())
-        } else {
-            self.inner.sync_data()
-        }
-    }
-    fn sync_all(&self) -> std::io::Result<()> {
-        self.inner.sync_all()
-    }
-    fn try_lock_exclusive(&self) -> std::io::Result<bool> {
-        self.inner.try_lock_exclusive()
-    }
-    fn unlock(&self) -> std::io::Result<()> {
-        self.inner.unlock()
-    }
-    fn into_std(self: Box<Self>) -> Result<std::fs::File, Box<dyn FsFile>> {
-        Err(self)
-    }
-}
-
-impl FileSystem for Faulty {
-    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
-        self.inner.create_dir_all(dir)
-    }
-    fn open_file(&self, path: &Path, mode: OpenMode) -> std::io::Result<Box<dyn FsFile>> {
-        let lose_sync_data = self
-            .lose_sync_data_of
-            .is_some_and(|suffix| path.to_string_lossy().ends_with(suffix));
-        Ok(Box::new(FaultyFile {
-            inner: self.inner.open_file(path, mode)?,
-            lose_sync_data,
-            lost_syncs: self.lost_syncs.clone(),
-        }))
-    }
-    fn exists(&self, path: &Path) -> std::io::Result<bool> {
-        self.inner.exists(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        let pending = self.inner.pending_file_ops();
-        self.renames
-            .lock()
-            .unwrap()
-            .push((from.to_path_buf(), pending));
-        self.inner.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
-        if self.deny_remove {
-            return Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
-        }
-        self.inner.remove_file(path)
-    }
-    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-        self.inner.sync_dir(dir)
-    }
-    fn list_dir(&self, dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
-        self.inner.list_dir(dir)
-    }
-    fn allocated_bytes(&self, path: &Path) -> std::io::Result<u64> {
-        self.inner.allocated_bytes(path)
-    }
-}
-
 fn sim_with_dir() -> SimFs {
     let fs = SimFs::new();
     fs.create_dir_all(Path::new("/db")).unwrap();
@@ -494,10 +383,9 @@ fn sim_with_dir() -> SimFs {
 fn a_leftover_that_cannot_be_removed_fails_the_creation() {
     let path = Path::new("/db/app.redb");
     // Control: the same file system without the fault creates the database.
-    let ok = Faulty::new(sim_with_dir());
+    let ok = HookedFs::with(sim_with_dir(), vec![]);
     RedbDb::open_on(Arc::new(ok), path, "app", &RedbOptions::default()).unwrap();
-    let mut denied = Faulty::new(sim_with_dir());
-    denied.deny_remove = true;
+    let denied = HookedFs::new(sim_with_dir(), Hook::DenyRemove);
     let sim = denied.inner.clone();
     let e = RedbDb::open_on(Arc::new(denied), path, "app", &RedbOptions::default())
         .expect_err("a leftover that cannot be removed must fail the creation");
@@ -518,10 +406,12 @@ fn a_leftover_that_cannot_be_removed_fails_the_creation() {
 fn the_temporary_file_has_nothing_unsynced_when_it_is_renamed() {
     let path = Path::new("/db/state.redb");
     for lose in [false, true] {
-        let mut fs = Faulty::new(sim_with_dir());
-        if lose {
-            fs.lose_sync_data_of = Some(".creating");
-        }
+        let hooks = if lose {
+            vec![Hook::LoseSyncDataOf(".creating")]
+        } else {
+            vec![]
+        };
+        let fs = HookedFs::with(sim_with_dir(), hooks);
         let sim = fs.inner.clone();
         let renames = fs.renames.clone();
         let lost_syncs = fs.lost_syncs.clone();
