@@ -959,7 +959,10 @@ impl JournalEngine {
             merge_wanted: false,
         };
         for (header, sections, at) in scan.replay {
-            push_unit(&mut state, header.seq, Arc::new(UnitOps::new(sections)), at);
+            push_unit(
+                &mut state,
+                Pending::new(header.seq, at, Arc::new(UnitOps::new(sections))),
+            );
         }
         let shared = Arc::new(Shared {
             fs,
@@ -1340,27 +1343,34 @@ fn batch_ops(batch: &Batch) -> Vec<UnitOp> {
 
 /// Adds a unit, which lies at `(segment, offset)`, to the overlay and the queue (the caller
 /// holds the state lock).
-fn push_unit(
-    state: &mut State,
-    seq: u64,
-    ops: Arc<UnitOps>,
-    (segment, offset, len): (u64, u64, u64),
-) {
-    let bytes = ops.sections.byte_size();
-    state.overlay.push(seq, bytes, &ops);
-    if let Some(last) = state.queue.back() {
-        assert_eq!(last.seq + 1, seq, "invariant: units queue in seq order");
+impl Pending {
+    /// Unit `seq` of `ops`, lying at `(segment, offset, len)`.
+    fn new(seq: u64, (segment, offset, len): (u64, u64, u64), ops: Arc<UnitOps>) -> Pending {
+        Pending {
+            seq,
+            segment,
+            offset,
+            len,
+            bytes: ops.sections.byte_size(),
+            ops,
+            queued_at: Instant::now(),
+        }
     }
-    state.overlay_bytes += bytes;
-    state.queue.push_back(Pending {
-        seq,
-        segment,
-        offset,
-        len,
-        bytes,
-        ops,
-        queued_at: Instant::now(),
-    });
+}
+
+/// Puts `unit` in the overlay and the queue; its batching clock starts now.
+fn push_unit(state: &mut State, mut unit: Pending) {
+    state.overlay.push(unit.seq, unit.bytes, &unit.ops);
+    if let Some(last) = state.queue.back() {
+        assert_eq!(
+            last.seq + 1,
+            unit.seq,
+            "invariant: units queue in seq order"
+        );
+    }
+    state.overlay_bytes += unit.bytes;
+    unit.queued_at = Instant::now();
+    state.queue.push_back(unit);
 }
 
 /// `applied_seq`, `first_segment` and where the last checkpointed unit ends (`(0, 0)`
@@ -1735,10 +1745,6 @@ struct ValueAt {
 }
 
 impl ValueAt {
-    fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.encoded());
-    }
-
     /// The tagged pointer, [`POINTER_BYTES`] long.
     fn encoded(&self) -> [u8; POINTER_BYTES] {
         let mut out = [0; POINTER_BYTES];
@@ -2068,22 +2074,24 @@ impl Shared {
             let apply_while_syncing = synced
                 && self.options.applier == Applier::Background
                 && len >= self.options.apply_while_syncing_bytes_min;
+            // The unit as it will be queued, built once (its byte count is a pass over
+            // its ops), when it is placed.
+            let mut unit = None;
             let placed = |segment: u64, offset: u64| {
+                let placed = Pending::new(seq, (segment, offset, len), ops.clone());
                 if apply_while_syncing {
-                    self.lock_state().placed = Some(Pending {
-                        seq,
-                        segment,
-                        offset,
-                        len,
-                        bytes: ops.sections.byte_size(),
-                        ops: ops.clone(),
-                        queued_at: Instant::now(),
-                    });
+                    self.lock_state().placed = Some(placed.clone());
                     self.changed.notify_all();
                 }
+                unit = Some(placed);
             };
             let offset = self.append(&mut w, seq, len, synced, &ops.sections, placed)?;
-            let at = (w.segment, offset, len);
+            let unit = unit.expect("invariant: append places the unit before writing it");
+            assert_eq!(
+                (unit.segment, unit.offset),
+                (w.segment, offset),
+                "invariant: the unit lies where it was placed"
+            );
             // The unit enters the overlay only after it is in the file, and (synced) after
             // its sync: a reader never sees a write a crash could take back once `Ok`.
             if synced {
@@ -2094,7 +2102,7 @@ impl Shared {
             // Crash: none here (the unit is durable). A step begun on it while it was
             // synced commits only after this push (`wait_until_queued`).
             st.placed = None;
-            push_unit(&mut st, seq, ops, at);
+            push_unit(&mut st, unit);
             self.counters
                 .overlay_bytes_peak
                 .fetch_max(st.overlay_bytes, Ordering::Relaxed);
@@ -2693,7 +2701,7 @@ impl Shared {
                                         .expect("invariant: a unit's values are under 4 GiB"),
                                     crc: crc32fast::hash(v),
                                 };
-                                at.encode(&mut stored);
+                                stored.extend_from_slice(&at.encoded());
                                 *delta.entry(at.segment).or_default() += i64::from(at.len);
                                 value_ranges.push((at.segment, at.offset, u64::from(at.len)));
                                 kept += 1;
