@@ -144,6 +144,9 @@ fn options(prepare_segments: bool, applier: Applier) -> JournalOptions {
         run_block_bytes: flushpoint::RUN_BLOCK_BYTES,
         // Applied once durable (the model with `while_syncing` sets 0).
         apply_while_syncing_bytes_min: u64::MAX,
+        // The model's threads share one OS thread: a merger's nice would lower it for the
+        // rest of the run.
+        merger_nice_increment: 0,
     }
 }
 
@@ -385,6 +388,9 @@ fn merge_options(applier: Applier) -> JournalOptions {
         prepared_units_below_bytes: flushpoint::PREPARED_UNITS_BELOW_BYTES,
         run_block_bytes: flushpoint::RUN_BLOCK_BYTES,
         apply_while_syncing_bytes_min: u64::MAX,
+        // The model's threads share one OS thread: a merger's nice would lower it for the
+        // rest of the run.
+        merger_nice_increment: 0,
     }
 }
 
@@ -465,6 +471,9 @@ fn runs_options(applier: Applier) -> JournalOptions {
         prepared_units_below_bytes: flushpoint::PREPARED_UNITS_BELOW_BYTES,
         run_block_bytes: flushpoint::RUN_BLOCK_BYTES,
         apply_while_syncing_bytes_min: u64::MAX,
+        // The model's threads share one OS thread: a merger's nice would lower it for the
+        // rest of the run.
+        merger_nice_increment: 0,
     }
 }
 

@@ -77,6 +77,19 @@ pub const APPLY_BATCH_DELAY: Duration = Duration::from_millis(20);
 /// execution, twenty-fifth session); a consensus block's unit (10 KiB light, ~1.8 MiB
 /// heavy) is left to the batching delay, which gathers many into one step.
 pub const APPLY_WHILE_SYNCING_BYTES_MIN: u64 = 4 << 20;
+/// How many nice steps below the thread that opens the engine the merger thread runs
+/// (Linux: a nice value is per thread, and the kernel caps it at 19; elsewhere nothing
+/// changes). Why: a merge only makes later reads cheaper, yet at an equal share it took
+/// CPU from the block loop whenever the loop, the flush thread and the applier kept both
+/// cores of this machine class busy (measured, twenty-sixth session,
+/// `benches/compare/PERFORMANCE.md`). Lowered, the merger still runs whenever a core is
+/// free; what it is late with is only more runs for a read to probe, and a merger three
+/// times the usual run count behind makes the background applier wait for it (units stay
+/// in the overlay, writers wait once it is full), so the files and probes stay bounded.
+/// 19 takes the lowest priority.
+pub const MERGER_NICE_INCREMENT: u8 = 19;
+/// The largest [`JournalOptions::merger_nice_increment`]: nice values go from -20 to 19.
+pub const MERGER_NICE_INCREMENT_MAX: u8 = 39;
 /// The index's file name in the journal directory.
 pub const INDEX_FILE: &str = "index.redb";
 /// redb's page cache for the index, in bytes. Why this bound: since the app's state went to
@@ -169,6 +182,20 @@ const RUN_LEVEL: u64 = 0;
 /// (each passes ~1 % of absent keys: a `pread` each), and a range reads a block per run
 /// ahead; 8 bounds both, as the measured prototype did (ADR 0014).
 const RUNS_MAX: usize = 8;
+/// Runs a keyspace may hold while the merger thread is behind, before the background
+/// applier waits for it: the applier begins no step that would add a run until a merge
+/// brings the count under this (units wait in the overlay meanwhile, and writers once
+/// that is full). Why a bound: the merger runs below the block loop
+/// ([`MERGER_NICE_INCREMENT`]) and may get little CPU while the loop and the applier keep
+/// every core busy; measured at 100k–300k light blocks it ended 8–13 runs behind a clean
+/// 4–6 (twenty-sixth session), so 3 × [`RUNS_MAX`] is never reached by a merger that gets
+/// the idle CPU and stops the files and filter probes growing without limit when it gets
+/// none.
+const RUNS_BEHIND_MAX: usize = 3 * RUNS_MAX;
+/// How often an applier waiting for the merger ([`RUNS_BEHIND_MAX`]) looks again without
+/// being woken. Why: a poison is set without the state lock, so its wake-up can come
+/// between the applier's look and its wait; this bounds what that costs.
+const MERGER_BEHIND_RECHECK: Duration = Duration::from_millis(50);
 /// A merge takes the newest runs while their bytes together are at least `1 /
 /// RUN_MERGE_RATIO` of the next older run's. Why 1 (the newest together at least as large
 /// as the next older): the prototype's ½ (2) rewrote the app's state more often. Measured
@@ -375,6 +402,11 @@ pub struct JournalOptions {
     /// synced ([`Applier::Background`] only; default [`APPLY_WHILE_SYNCING_BYTES_MIN`];
     /// `u64::MAX`: never, every unit is applied once durable).
     pub apply_while_syncing_bytes_min: u64,
+    /// How many nice steps below the opening thread the merger thread runs (default
+    /// [`MERGER_NICE_INCREMENT`]; 0: the same priority; at most
+    /// [`MERGER_NICE_INCREMENT_MAX`], else [`JournalEngine::open`] returns
+    /// [`Error::InvalidInput`]). Linux only; elsewhere ignored.
+    pub merger_nice_increment: u8,
 }
 
 impl Default for JournalOptions {
@@ -391,6 +423,7 @@ impl Default for JournalOptions {
             prepared_units_below_bytes: PREPARED_UNITS_BELOW_BYTES,
             run_block_bytes: RUN_BLOCK_BYTES,
             apply_while_syncing_bytes_min: APPLY_WHILE_SYNCING_BYTES_MIN,
+            merger_nice_increment: MERGER_NICE_INCREMENT,
         }
     }
 }
@@ -766,6 +799,14 @@ impl JournalEngine {
     /// segment is written and synced before its index is created, so that its first commit
     /// does not wait for one.
     pub fn open(fs: Arc<dyn FileSystem>, dir: &Path, options: JournalOptions) -> Result<Self> {
+        // Bad options are refused before anything is created.
+        if options.merger_nice_increment > MERGER_NICE_INCREMENT_MAX {
+            return Err(Error::InvalidInput(format!(
+                "journal option merger_nice_increment {} is above {MERGER_NICE_INCREMENT_MAX} \
+                 (nice values span -20 to 19)",
+                options.merger_nice_increment
+            )));
+        }
         create_dir_all_durably(&*fs, dir).map_err(io_err("create directory", dir))?;
         let index_path = dir.join(INDEX_FILE);
         let index_exists = fs
@@ -3283,6 +3324,9 @@ impl Shared {
                 };
                 let _apply = self.lock_apply();
                 self.install_merge(merge)?;
+                // An applier waiting for the merger to catch up (`RUNS_BEHIND_MAX`) looks
+                // again.
+                self.changed.notify_all();
             }
         }
         Ok(())
@@ -3304,7 +3348,20 @@ impl Shared {
         }
         // A panic (a broken invariant) poisons the engine rather than leave merges undone
         // unnoticed.
-        let spawned = spawn_poisoning_on_panic(self, "journal-merger", "merge", |s| s.run_merger());
+        let spawned = spawn_poisoning_on_panic(self, "journal-merger", "merge", |s| {
+            // Below the block loop and the applier (`MERGER_NICE_INCREMENT`). A refusal only
+            // costs speed: the merges are the same, so the thread goes on.
+            let increment = s.options.merger_nice_increment;
+            if let Err(e) = super::thread_priority::lower_calling_threads_priority(increment) {
+                tracing::warn!(
+                    dir = %s.dir.display(),
+                    increment,
+                    error = %e,
+                    "the journal's merger thread kept its priority"
+                );
+            }
+            s.run_merger()
+        });
         match spawned {
             Ok(t) => {
                 *handle = Some(t);
@@ -3451,6 +3508,19 @@ impl Shared {
                     });
                     // A placed unit, every earlier one applied: its step begins now.
                     let placed_due = st.placed.is_some() && st.queue.is_empty();
+                    // A step adds a run: none while the merger is that far behind (it wakes
+                    // this thread when it installs a merge). A checkpoint due meanwhile
+                    // waits too: its step would apply the queued units.
+                    let merger_behind = st.merger_live
+                        && st.runs.values().any(|list| list.len() >= RUNS_BEHIND_MAX);
+                    if merger_behind {
+                        st = self
+                            .changed
+                            .wait_timeout(st, MERGER_BEHIND_RECHECK)
+                            .expect("journal state lock")
+                            .0;
+                        continue;
+                    }
                     if apply_due || time_due || placed_due {
                         // Looked at here, under the lock already held: no lock of its own
                         // per step (each would be one more step for a loom model).
@@ -3945,9 +4015,16 @@ mod tests {
 
     impl MergeBench {
         fn new() -> MergeBench {
+            MergeBench::with(Applier::Inline)
+        }
+
+        /// [`MergeBench::new`] with `applier` (a background one applies each durable unit
+        /// at once).
+        fn with(applier: Applier) -> MergeBench {
             let fs = crate::fs::SimFs::new();
             let options = JournalOptions {
-                applier: Applier::Inline,
+                applier,
+                apply_batch_delay: Duration::ZERO,
                 checkpoint_bytes: 1 << 30,
                 run_block_bytes: 64,
                 ..JournalOptions::default()
@@ -4022,6 +4099,53 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A merger that falls behind holds the background applier back: with
+    /// [`RUNS_BEHIND_MAX`] runs listed and no merge, a new unit stays queued (read from the
+    /// overlay) and adds no run; once the merger's merges are installed the applier goes on.
+    /// The merger here never runs on its own (`merger_live` set before any step, so the
+    /// applier starts none): the test merges when it chooses.
+    #[test]
+    fn the_background_applier_waits_for_a_merger_that_far_behind() {
+        let bench = MergeBench::with(Applier::Background);
+        let (shared, db) = (&bench.shared, &*bench.db);
+        let runs = || {
+            shared
+                .lock_state()
+                .runs
+                .get("app")
+                .map_or(0, |list| list.len())
+        };
+        let queued = || shared.lock_state().queue.len();
+        let write_round = |round: u32| bench.write_round(20, round);
+        let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !done() {
+                assert!(Instant::now() < deadline, "timed out waiting for {what}");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        for round in 0..RUNS_BEHIND_MAX as u32 {
+            write_round(round);
+            wait_for("a step", &|| queued() == 0);
+            assert_eq!(runs(), round as usize + 1, "one run a step");
+        }
+        let last = RUNS_BEHIND_MAX as u32;
+        write_round(last);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            runs(),
+            RUNS_BEHIND_MAX,
+            "no step while the merger is that far behind"
+        );
+        assert_eq!(queued(), 1, "the unit waits in the overlay");
+        MergeBench::check(db, 20, last, "from the overlay");
+        // The merger catches up: every run merged into one, then the waiting unit's step.
+        shared.merge_beside_steps().expect("merge");
+        wait_for("the waiting unit's step", &|| queued() == 0);
+        assert_eq!(runs(), 2, "the merge's output and the new step's run");
+        MergeBench::check(db, 20, last, "after the step");
     }
 
     /// A merge written while apply steps go on, as the merger thread writes one, made

@@ -26,12 +26,14 @@
 mod engine;
 mod overlay;
 mod run;
+mod thread_priority;
 mod unit;
 
 pub use engine::{
     APPLY_BATCH_DELAY, APPLY_WHILE_SYNCING_BYTES_MIN, Applier, CHECKPOINT_BYTES,
     CHECKPOINT_INTERVAL, INDEX_CACHE_BYTES, INDEX_FILE, JournalCounts, JournalDb, JournalEngine,
-    JournalOptions, JournalUsage, KeyspaceIndex, KeyspaceOptions, KeyspaceUsage, OVERLAY_BYTES_MAX,
+    JournalOptions, JournalUsage, KeyspaceIndex, KeyspaceOptions, KeyspaceUsage,
+    MERGER_NICE_INCREMENT, MERGER_NICE_INCREMENT_MAX, OVERLAY_BYTES_MAX,
     PREPARED_UNITS_BELOW_BYTES, RUNS_DIR, SEGMENT_BYTES, SEPARATE_VALUES_FROM_BYTES,
     SEPARATE_VALUES_MIN_BYTES, SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL, SPARE_SEGMENT_FILE,
     segment_file_name,
