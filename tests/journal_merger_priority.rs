@@ -81,6 +81,13 @@ fn merger_nice(dir: &Path, options: JournalOptions, want: i32) -> (JournalEngine
 #[test]
 fn the_merger_runs_below_the_opening_thread_and_a_bad_increment_is_refused() {
     let base = own_nice();
+    // At 19 nothing can run lower, and a lowering would pass unseen (`scripts/mutants.sh`
+    // ran its tests under `nice -n 19`, and every mutant of the lowering survived).
+    assert!(
+        base < 19,
+        "this test runs at nice {base}: the merger's lower priority cannot be seen below it; \
+         run it at a nice value under 19"
+    );
     let tmp = tempfile::tempdir().expect("tempdir");
 
     // Refused before anything is made: not even the directory.
@@ -96,10 +103,21 @@ fn the_merger_runs_below_the_opening_thread_and_a_bad_increment_is_refused() {
     .expect_err("an increment past the nice range");
     assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
     assert!(!bad.exists(), "nothing created for a refused option");
+    // The largest increment is taken (the kernel caps the value at 19).
+    let max = JournalEngine::open(
+        Arc::new(StdFs),
+        &tmp.path().join("max"),
+        JournalOptions {
+            merger_nice_increment: MERGER_NICE_INCREMENT_MAX,
+            ..JournalOptions::default()
+        },
+    )
+    .expect("the largest increment is valid");
+    drop(max);
 
-    // A chosen increment: the opening thread's nice value plus it.
-    let increment = 3u8;
-    let want = (base + i32::from(increment)).min(19);
+    // A chosen increment: the opening thread's nice value plus it (1 at nice 18).
+    let increment = u8::try_from((19 - base).min(3)).expect("1 to 3");
+    let want = base + i32::from(increment);
     let (engine, nice) = merger_nice(
         &tmp.path().join("three"),
         JournalOptions {
