@@ -4101,6 +4101,47 @@ mod tests {
         }
     }
 
+    /// The background applier's timed checkpoint: with units applied since the last one, a
+    /// checkpoint follows once `checkpoint_interval` has passed — and not before (the byte
+    /// bound set out of reach). Found missing by mutation testing: the interval's test
+    /// inverted, or the "applied since" half dropped, survived every test.
+    #[test]
+    fn the_background_applier_checkpoints_once_the_interval_has_passed() {
+        for (interval, due) in [
+            (Duration::from_millis(100), true),
+            (Duration::from_secs(3600), false),
+        ] {
+            let engine = JournalEngine::open(
+                Arc::new(crate::fs::SimFs::new()),
+                Path::new("/j"),
+                JournalOptions {
+                    apply_batch_delay: Duration::ZERO,
+                    checkpoint_bytes: u64::MAX,
+                    checkpoint_interval: interval,
+                    ..JournalOptions::default()
+                },
+            )
+            .expect("open");
+            let db = engine.keyspace("k").expect("keyspace");
+            let at_open = engine.counts().checkpoints;
+            let mut b = crate::db::Batch::new();
+            b.put(&b"key"[..], &b"value"[..]);
+            crate::db::Db::write(&*db, &b, crate::db::Durability::Synced).expect("write");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while engine.counts().apply_steps == 0 {
+                assert!(Instant::now() < deadline, "timed out waiting for the step");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(interval.min(Duration::from_millis(100)) * 5);
+            let taken = engine.counts().checkpoints - at_open;
+            if due {
+                assert_eq!(taken, 1, "one checkpoint after the {interval:?} interval");
+            } else {
+                assert_eq!(taken, 0, "no checkpoint within the {interval:?} interval");
+            }
+        }
+    }
+
     /// A merger that falls behind holds the background applier back: with
     /// [`RUNS_BEHIND_MAX`] runs listed and no merge, a new unit stays queued (read from the
     /// overlay) and adds no run; once the merger's merges are installed the applier goes on.
