@@ -4101,6 +4101,16 @@ mod tests {
         }
     }
 
+    /// Polls `done` every millisecond until it holds; fails the test after 20 s (a background
+    /// thread that never gets there).
+    fn wait_for(what: &str, done: &dyn Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// The background applier's timed checkpoint: with units applied since the last one, a
     /// checkpoint follows once `checkpoint_interval` has passed — and not before (the byte
     /// bound set out of reach). Found missing by mutation testing: the interval's test
@@ -4127,11 +4137,7 @@ mod tests {
             let mut b = crate::db::Batch::new();
             b.put(&b"key"[..], &b"value"[..]);
             crate::db::Db::write(&*db, &b, crate::db::Durability::Synced).expect("write");
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while engine.counts().apply_steps == 0 {
-                assert!(Instant::now() < deadline, "timed out waiting for the step");
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            wait_for("the step", &|| engine.counts().apply_steps > 0);
             std::thread::sleep(interval.min(Duration::from_millis(100)) * 5);
             let taken = engine.counts().checkpoints - at_open;
             if due {
@@ -4160,13 +4166,6 @@ mod tests {
         };
         let queued = || shared.lock_state().queue.len();
         let write_round = |round: u32| bench.write_round(20, round);
-        let wait_for = |what: &str, done: &dyn Fn() -> bool| {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while !done() {
-                assert!(Instant::now() < deadline, "timed out waiting for {what}");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        };
         for round in 0..RUNS_BEHIND_MAX as u32 {
             write_round(round);
             wait_for("a step", &|| queued() == 0);
