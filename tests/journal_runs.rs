@@ -9,7 +9,8 @@
 //!   nothing deleted;
 //! * another keyspace's durable creation record, which makes the pending apply steps
 //!   durable too, syncs their runs first (a cut after it loses nothing);
-//! * options are checked before anything is written and fixed at creation;
+//! * options are checked before anything is written and fixed at creation (a keyspace
+//!   exists from its first write, before the background applier has applied it);
 //! * with the keyspace's large values kept in the journal (ADR 0016): each is written once,
 //!   the runs pointing at it, and reads back through every read; a segment is kept while a
 //!   listed run points into it (shadowed pointers included) and deleted once merges drop
@@ -575,6 +576,57 @@ fn options_are_checked_before_anything_is_written_and_fixed_at_creation() {
         engine.keyspace(APP).unwrap().options().index,
         KeyspaceIndex::Runs
     );
+}
+
+/// A keyspace counts as existing from its first write, before any unit of it is applied:
+/// one written by a unit still waiting for the background applier keeps the tree when
+/// asked for runs, and another keyspace asked for runs meanwhile gets them. Why: the
+/// waiting unit's keys would otherwise be applied to a table while the keyspace is
+/// recorded as runs, or the second keyspace would silently lose its options (both missed
+/// by the mutation run over `src/journal/overlay.rs`, twenty-seventh session:
+/// `UnitOps::writes` as `true`, as `false`, its `==` as `!=`).
+#[test]
+fn a_keyspace_written_by_a_unit_not_yet_applied_keeps_its_options() {
+    let fs = SimFs::new();
+    let engine = JournalEngine::open(
+        Arc::new(fs.clone()),
+        Path::new(DIR),
+        JournalOptions {
+            applier: Applier::Background,
+            // Nothing is due to be applied during the test: the unit waits in the queue.
+            apply_batch_delay: std::time::Duration::from_secs(3600),
+            checkpoint_interval: std::time::Duration::from_secs(3600),
+            ..options()
+        },
+    )
+    .expect("open");
+    let state = engine.keyspace("state").unwrap();
+    let mut b = Batch::new();
+    b.put(Bytes::from_static(b"k"), Bytes::from_static(b"v"));
+    state.write(&b, Durability::Synced).unwrap();
+    assert_eq!(
+        engine.counts().apply_steps,
+        0,
+        "the unit waits, not applied"
+    );
+    let again = engine
+        .keyspace_with("state", KeyspaceOptions::indexed_by_runs())
+        .unwrap();
+    assert_eq!(
+        again.options().index,
+        KeyspaceIndex::Tree,
+        "written, so existing: its options stay"
+    );
+    let fresh = engine
+        .keyspace_with("fresh", KeyspaceOptions::indexed_by_runs())
+        .unwrap();
+    assert_eq!(
+        fresh.options().index,
+        KeyspaceIndex::Runs,
+        "never written: created with the options asked for"
+    );
+    assert_eq!(engine.counts().apply_steps, 0, "still waiting");
+    assert_eq!(state.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
 }
 
 /// The threshold of the separating runs keyspace below (ADR 0016).
