@@ -31,23 +31,24 @@
 //! Prints `N rollback cut states, 0 failures`. `FLUSHPOINT_FULL=1` adds 4 more file seeds;
 //! replay one seed with `FLUSHPOINT_SEED=<n>`.
 
+#[path = "support/rollback_home.rs"]
+mod rollback_home;
 mod support;
 
 use std::collections::{BTreeMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use flushpoint::demo::{ChainSpec, KvApp, Profile, UNDO_RETENTION_BLOCKS};
+use flushpoint::demo::UNDO_RETENTION_BLOCKS;
 use flushpoint::{
-    Db, DirFate, Direction, Error, FileFate, FileSystem, HandshakeCase, HoldingDb, Home, KeyRange,
-    NoEvents, Node, ROLLBACK_INTENT_FILE, RedbOptions, SimFs, collect_range,
+    Db, DirFate, Direction, Error, FileFate, FileSystem, HandshakeCase, Home, KeyRange, NoEvents,
+    Node, ROLLBACK_INTENT_FILE, SimFs, collect_range,
 };
+use rollback_home::{app_of, home, options, spec, synced_to};
 use support::file_fates;
 
-const HOME: &str = "/data/node/home";
 /// The height the home is synced to before the rollback.
 const TOP: u64 = 6;
 /// The rollback targets swept.
@@ -66,53 +67,6 @@ type Dump = [Map; 3];
 
 fn seed() -> u64 {
     support::seed(SEED_DEFAULT)
-}
-
-fn options() -> RedbOptions {
-    RedbOptions {
-        cache_bytes: 64 * 1024,
-    }
-}
-
-fn spec() -> ChainSpec {
-    ChainSpec {
-        seed: 0x7011,
-        profile: Profile::Light,
-        initial_height: 1,
-        validator_change_every: 2,
-        params_change_every: 3,
-        empty_every: 0,
-        account_keys: 1 << 20,
-    }
-}
-
-fn home() -> PathBuf {
-    PathBuf::from(HOME)
-}
-
-fn app_of(home: &Home) -> flushpoint::Result<KvApp<Arc<dyn Db>>> {
-    KvApp::open(Arc::new(HoldingDb::new(home.app_db.clone() as Arc<dyn Db>)))
-}
-
-/// A home on a new `SimFs`, synced in consensus to `height`, stopped cleanly.
-fn synced_to(height: u64) -> SimFs {
-    let fs = SimFs::new();
-    let home = Home::open_on(Arc::new(fs.clone()), &home(), &options()).unwrap();
-    let (mut node, _) = Node::open(
-        home.block_store_db.clone(),
-        home.state_db.clone(),
-        Box::new(app_of(&home).unwrap()),
-        spec().chain(),
-        Box::new(NoEvents),
-    )
-    .unwrap();
-    while node.height() < height {
-        let (b, p, c) = spec().next_block(node.state());
-        node.commit_block(&b, &p, &c).unwrap();
-    }
-    node.stop(Instant::now()).unwrap();
-    drop(home);
-    fs
 }
 
 fn dump_home(home: &Home) -> Result<Dump, String> {
@@ -169,8 +123,8 @@ fn run_rollback(fs: &SimFs, to: u64) -> Result<(), String> {
 /// What the open recovery found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Opened {
-    /// Refused with `RollbackInterrupted` naming the target.
-    Refused,
+    /// Refused with `RollbackInterrupted` naming the target and the step it names.
+    Refused { step: &'static str },
     /// Opened, consistent at this height.
     At(u64),
 }
@@ -180,8 +134,8 @@ enum Opened {
 fn check_open(img: &SimFs, to: u64, want: &Refs) -> Result<Opened, String> {
     let height = {
         let home = match Home::open_on(Arc::new(img.clone()), &home(), &options()) {
-            Err(Error::RollbackInterrupted { to: t, .. }) if t == to => {
-                return Ok(Opened::Refused);
+            Err(Error::RollbackInterrupted { to: t, step, .. }) if t == to => {
+                return Ok(Opened::Refused { step });
             }
             Err(e) => {
                 return Err(format!(
@@ -273,7 +227,13 @@ fn caught(r: std::thread::Result<Result<(), String>>) -> Result<(), String> {
 fn check_image(img: &SimFs, to: u64, want: &Refs, out: &mut Sweep) -> Result<(), String> {
     let copy = img.crash_image(DirFate::KeepAll, FileFate::KeepAll);
     match catch_unwind(AssertUnwindSafe(|| check_open(&copy, to, want))) {
-        Ok(Ok(Opened::Refused)) => out.refused += 1,
+        // Refused only in the app step: the store steps need no app, so an open finishes them.
+        Ok(Ok(Opened::Refused { step: "app" })) => out.refused += 1,
+        Ok(Ok(Opened::Refused { step })) => {
+            return Err(format!(
+                "refused naming the {step:?} step, not the app step"
+            ));
+        }
         Ok(Ok(Opened::At(h))) if h == to => out.opened_at_target += 1,
         Ok(Ok(Opened::At(_))) => out.opened_untouched += 1,
         Ok(Err(e)) => return Err(e),
@@ -437,10 +397,25 @@ fn power_cut_at_every_op_of_a_rollback_is_finished_or_refused_never_wrong() {
                     to,
                     want
                 ),
-                Ok(Opened::Refused)
+                Ok(Opened::Refused { step: "app" })
             ),
             "an open refuses the app step"
         );
+        // What `flushpoint inspect` reports: the target of the rollback in progress, from
+        // either step; none on a home no rollback touched.
+        for (img, pending) in [
+            (&app_step, Some(to)),
+            (&stores_step, Some(to)),
+            (&start, None),
+        ] {
+            let home = Home::open_for_rollback_on(
+                Arc::new(img.crash_image(DirFate::KeepAll, FileFate::KeepAll)),
+                &home(),
+                &options(),
+            )
+            .unwrap();
+            assert_eq!(flushpoint::pending_rollback(&home).unwrap(), pending);
+        }
         sweep(
             &format!("rerun of the rollback to {to} from its app step"),
             &app_step,
@@ -621,7 +596,9 @@ fn an_older_tools_text_intent_is_refused_on_open_and_finished_by_a_rerun() {
         let img = fs.crash_image(DirFate::KeepAll, FileFate::KeepAll);
         assert_eq!(
             check_open(&img, to, &want),
-            Ok(Opened::Refused),
+            Ok(Opened::Refused {
+                step: "state (an older build's rollback)"
+            }),
             "state lowered: {state_lowered}"
         );
         let img = fs.crash_image(DirFate::KeepAll, FileFate::KeepAll);
