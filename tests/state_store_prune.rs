@@ -699,6 +699,10 @@ fn a_failed_prune_write_poisons_the_store_and_a_restart_finishes_the_prune() {
             FailAfter::new(k),
         ));
         let store = StateStore::<flushpoint::demo::DemoChain>::open(failing.clone());
+        assert!(
+            !store.is_poisoned(),
+            "a store no write failed in is not poisoned"
+        );
         let e = store.prune(2100).expect_err("a write fails");
         assert_eq!(failing.failures(), 1, "write {k}: the fault fired once");
         assert_eq!(e.kind(), ErrorKind::Io, "{e}");
