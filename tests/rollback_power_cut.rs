@@ -40,13 +40,12 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
 use flushpoint::demo::UNDO_RETENTION_BLOCKS;
 use flushpoint::{
-    Db, DirFate, Direction, Error, FileFate, FileSystem, HandshakeCase, Home, KeyRange, NoEvents,
-    Node, ROLLBACK_INTENT_FILE, SimFs, collect_range,
+    Db, DirFate, Error, FileFate, FileSystem, HandshakeCase, Home, NoEvents, Node,
+    ROLLBACK_INTENT_FILE, SimFs,
 };
-use rollback_home::{app_of, home, options, spec, synced_to};
+use rollback_home::{Dump, app_of, dump_home, home, options, spec, synced_to};
 use support::file_fates;
 
 /// The height the home is synced to before the rollback.
@@ -61,26 +60,8 @@ const SEED_DEFAULT: u64 = 0x0b0b_5eed;
 // The oracle compares undo records too: every block must be inside the undo window.
 const _: () = assert!(TOP <= UNDO_RETENTION_BLOCKS);
 
-type Map = BTreeMap<Bytes, Bytes>;
-/// The three databases' contents: block store, state, app.
-type Dump = [Map; 3];
-
 fn seed() -> u64 {
     support::seed(SEED_DEFAULT)
-}
-
-fn dump_home(home: &Home) -> Result<Dump, String> {
-    let one = |db: &dyn Db| -> Result<Map, String> {
-        Ok(collect_range(db, KeyRange::all(), Direction::Forward)
-            .map_err(|e| format!("read {}: {e}", db.name()))?
-            .into_iter()
-            .collect())
-    };
-    Ok([
-        one(&*home.block_store_db)?,
-        one(&*home.state_db)?,
-        one(&*home.app_db)?,
-    ])
 }
 
 /// The contents of a home that was never rolled back, at `height`.

@@ -26,10 +26,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use flushpoint::demo::{Block, DemoChain, KvApp};
 use flushpoint::{
-    App, AppInfo, BlockStore, Db, Direction, Error, FileSystem, Home, KeyRange,
-    ROLLBACK_INTENT_FILE, RollbackRefusal, RollbackReport, SimFs, collect_range,
+    App, AppInfo, BlockStore, Db, Error, FileSystem, Home, ROLLBACK_INTENT_FILE, RollbackRefusal,
+    RollbackReport, SimFs,
 };
-use rollback_home::{app_of, home, options, spec, synced_to};
+use rollback_home::{Dump, app_of, dump_home, home, options, spec, synced_to};
 
 /// The height the home is synced to.
 const TOP: u64 = 8;
@@ -39,14 +39,10 @@ fn synced() -> SimFs {
 }
 
 /// The three databases' contents and whether an intent file is there.
-fn snapshot(fs: &SimFs) -> (Vec<Vec<(Bytes, Bytes)>>, bool) {
+fn snapshot(fs: &SimFs) -> (Dump, bool) {
     let home = Home::open_for_rollback_on(Arc::new(fs.clone()), &home(), &options()).unwrap();
-    let dbs = [&home.block_store_db, &home.state_db, &home.app_db]
-        .into_iter()
-        .map(|db| collect_range(&**db, KeyRange::all(), Direction::Forward).unwrap())
-        .collect();
     let intent = fs.exists(&home.path().join(ROLLBACK_INTENT_FILE)).unwrap();
-    (dbs, intent)
+    (dump_home(&home).unwrap(), intent)
 }
 
 /// What [`Floored`]'s `rollback_to` does.

@@ -2,12 +2,16 @@
 //! `rollback_refusals.rs`): the demo chain synced in consensus on a simulated file system.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
 use flushpoint::demo::{ChainSpec, KvApp, Profile};
-use flushpoint::{Db, HoldingDb, Home, NoEvents, Node, RedbOptions, SimFs};
+use flushpoint::{
+    Db, Direction, HoldingDb, Home, KeyRange, NoEvents, Node, RedbOptions, SimFs, collect_range,
+};
 
 /// Where the home lies on the simulated file system.
 pub const HOME: &str = "/data/node/home";
@@ -61,4 +65,24 @@ pub fn synced_to(height: u64) -> SimFs {
     node.stop(Instant::now()).unwrap();
     drop(home);
     fs
+}
+
+/// One database's contents.
+pub type Map = BTreeMap<Bytes, Bytes>;
+/// The three databases' contents: block store, state, app.
+pub type Dump = [Map; 3];
+
+/// The three databases of `home`, key for key.
+pub fn dump_home(home: &Home) -> Result<Dump, String> {
+    let one = |db: &dyn Db| -> Result<Map, String> {
+        Ok(collect_range(db, KeyRange::all(), Direction::Forward)
+            .map_err(|e| format!("read {}: {e}", db.name()))?
+            .into_iter()
+            .collect())
+    };
+    Ok([
+        one(&*home.block_store_db)?,
+        one(&*home.state_db)?,
+        one(&*home.app_db)?,
+    ])
 }
