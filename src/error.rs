@@ -232,6 +232,17 @@ pub enum Error {
         /// The engine asked for.
         requested: crate::home::HomeEngine,
     },
+    /// The home's files do not match its `FORMAT` (lost, cut, or naming another engine's
+    /// files): refused before anything was written, so no data is taken for a new home.
+    #[error(
+        "home {path}: {problem}; nothing was written: restore the home's FORMAT (or the home) from a backup"
+    )]
+    HomeDamaged {
+        /// The home directory.
+        path: PathBuf,
+        /// What does not match: the files found and what `FORMAT` records.
+        problem: String,
+    },
     /// A filesystem error on the home directory.
     #[error("home {path}: {op}: {source}")]
     Home {
@@ -305,7 +316,7 @@ pub enum Error {
     },
     /// A prune was asked with a retain height the store cannot take; nothing was written.
     #[error(
-        "database {db}: cannot prune to retain height {retain_height}: it must be at least 1, at least the base {base} and at most the state height {state_height}; nothing was written"
+        "database {db}: cannot prune to retain height {retain_height}: it must be at least 1, at least the base {base} and at most the height {height}; nothing was written"
     )]
     InvalidRetainHeight {
         /// The database involved.
@@ -314,8 +325,8 @@ pub enum Error {
         retain_height: u64,
         /// The store's current base (0: nothing pruned yet).
         base: u64,
-        /// The saved state's height.
-        state_height: u64,
+        /// The store's height: the block store's, or the saved state's.
+        height: u64,
     },
     /// An embedder's trait implementation broke its documented contract: the node checked
     /// `what` and found `found` where the contract requires `expected`. Returned instead of
@@ -468,7 +479,7 @@ impl Error {
                 }
             }
             Error::Poisoned { .. } => ErrorKind::Poisoned,
-            Error::Corrupt { .. } => ErrorKind::Corrupt,
+            Error::Corrupt { .. } | Error::HomeDamaged { .. } => ErrorKind::Corrupt,
             Error::NonContiguous { .. }
             | Error::IncompletePartSet { .. }
             | Error::PartSetMismatch { .. }

@@ -92,6 +92,14 @@ pub enum HomeEngine {
 }
 
 impl HomeEngine {
+    /// The engine that is not this one.
+    fn other(self) -> HomeEngine {
+        match self {
+            HomeEngine::Redb => HomeEngine::Journal,
+            HomeEngine::Journal => HomeEngine::Redb,
+        }
+    }
+
     /// The engine's name as `FORMAT` and the tool spell it: `redb` or `journal`.
     pub fn name(self) -> &'static str {
         match self {
@@ -386,6 +394,50 @@ fn parse_format(path: &Path, text: &str) -> Result<Recorded> {
     })
 }
 
+/// Which engines' database files a home directory holds.
+struct EngineFiles {
+    /// The redb databases present, by file name.
+    redb: Vec<&'static str>,
+    /// Whether the journal's directory is present.
+    journal: bool,
+}
+
+impl EngineFiles {
+    fn find(fs: &dyn FileSystem, path: &Path) -> Result<EngineFiles> {
+        let mut redb = Vec::new();
+        for file in [BLOCK_STORE_FILE, STATE_FILE, APP_FILE] {
+            if fs
+                .exists(&path.join(file))
+                .map_err(home_err(path, "stat a database file"))?
+            {
+                redb.push(file);
+            }
+        }
+        let journal = fs
+            .exists(&path.join(JOURNAL_DIR))
+            .map_err(home_err(path, "stat the journal directory"))?;
+        Ok(EngineFiles { redb, journal })
+    }
+
+    /// The files of an engine other than `engine`, described, if any are present.
+    fn other_than(&self, engine: HomeEngine) -> Option<String> {
+        match engine {
+            HomeEngine::Redb if self.journal => Some(format!("{JOURNAL_DIR}/")),
+            HomeEngine::Journal if !self.redb.is_empty() => Some(self.redb.join(", ")),
+            _ => None,
+        }
+    }
+
+    /// Every database file present, described, if any is.
+    fn any(&self) -> Option<String> {
+        let mut all: Vec<String> = self.redb.iter().map(|f| f.to_string()).collect();
+        if self.journal {
+            all.push(format!("{JOURNAL_DIR}/"));
+        }
+        (!all.is_empty()).then(|| all.join(", "))
+    }
+}
+
 impl Home {
     /// Creates (if needed) and opens the home at `path`, taking its lock: an existing home
     /// on the engine it records, a new one on redb.
@@ -580,6 +632,21 @@ impl Home {
                 f.read_at(0, &mut bytes)
                     .map_err(home_err(path, "read FORMAT"))?;
                 let recorded = parse_format(path, &String::from_utf8_lossy(&bytes))?;
+                let found = EngineFiles::find(fs, path)?;
+                // A journal home whose FORMAT was cut to its first line reads as redb, and a
+                // redb home's FORMAT can be replaced by a journal one: either way, opening on
+                // the recorded engine would create its databases empty beside the data.
+                if let Some(other) = found.other_than(recorded.engine) {
+                    return Err(Error::HomeDamaged {
+                        path: path.to_path_buf(),
+                        problem: format!(
+                            "its FORMAT records the {} engine, but it holds {other}, the {} \
+                             engine's files",
+                            recorded.engine,
+                            recorded.engine.other()
+                        ),
+                    });
+                }
                 match asked {
                     Some(requested) if requested != recorded.engine => Err(Error::HomeEngine {
                         path: path.to_path_buf(),
@@ -590,6 +657,14 @@ impl Home {
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // FORMAT is durable before any database is created: databases without it
+                // are a damaged home, never a new one to create beside them.
+                if let Some(files) = EngineFiles::find(fs, path)?.any() {
+                    return Err(Error::HomeDamaged {
+                        path: path.to_path_buf(),
+                        problem: format!("it has no FORMAT file, but it holds {files}"),
+                    });
+                }
                 let engine = asked.unwrap_or(HomeEngine::Redb);
                 // A new journal home indexes its app by runs unless asked otherwise (ADR 0014:
                 // measured faster at 10k and 300k light blocks, fourteenth session).

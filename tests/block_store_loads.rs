@@ -203,9 +203,20 @@ fn prune_removes_every_record_below_retain_and_advances_base() {
         );
     }
     assert_eq!(keys_of(&*mem).len(), expected_key_count(&blocks, 4, 10));
-    // Pruning again, or to a height at or below the base, removes nothing.
+    // Pruning again, to the base, removes nothing; below the base is refused (CometBFT's
+    // rule, and the state store's), writing nothing.
     assert_eq!(store.prune(4).unwrap(), 0);
-    assert_eq!(store.prune(2).unwrap(), 0);
+    let keys = keys_of(&*mem);
+    assert!(matches!(
+        store.prune(2),
+        Err(Error::InvalidRetainHeight {
+            retain_height: 2,
+            base: 4,
+            height: 10,
+            ..
+        })
+    ));
+    assert_eq!(keys_of(&*mem), keys);
     assert_eq!(store.base(), 4);
     // Pruning to the top keeps exactly the top block.
     assert_eq!(store.prune(10).unwrap(), 6);
@@ -244,7 +255,7 @@ fn prune_rejects_bad_retain_heights_and_writes_nothing() {
     // An empty store has nothing to prune to.
     for retain in [0, 1, 5] {
         assert!(
-            matches!(store.prune(retain), Err(Error::InvalidInput(_))),
+            matches!(store.prune(retain), Err(Error::InvalidRetainHeight { .. })),
             "retain {retain} on an empty store"
         );
     }
@@ -252,9 +263,19 @@ fn prune_rejects_bad_retain_heights_and_writes_nothing() {
         s.save(&store).unwrap();
     }
     let before = counters.snapshot();
-    for retain in [0, 8, 9, u64::MAX] {
+    for retain in [0, 1, 2, 8, 9, u64::MAX] {
         match store.prune(retain) {
-            Err(Error::InvalidInput(m)) => assert!(m.contains("3..=7"), "{m}"),
+            Err(
+                ref e @ Error::InvalidRetainHeight {
+                    retain_height,
+                    base,
+                    height,
+                    ..
+                },
+            ) => {
+                assert_eq!((retain_height, base, height), (retain, 3, 7));
+                assert_eq!(e.kind(), flushpoint::ErrorKind::InvalidInput);
+            }
             other => panic!("retain {retain}: {other:?}"),
         }
     }

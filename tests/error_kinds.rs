@@ -257,7 +257,7 @@ fn every_variant_has_its_kind() {
                 db: "state".into(),
                 retain_height: 0,
                 base: 0,
-                state_height: 9,
+                height: 9,
             },
             ErrorKind::InvalidInput,
         ),

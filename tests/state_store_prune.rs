@@ -520,7 +520,7 @@ fn prune_rejects_bad_retain_heights_and_writes_nothing() {
                 ref e @ Error::InvalidRetainHeight {
                     retain_height,
                     base,
-                    state_height,
+                    height: state_height,
                     ..
                 },
             ) => {

@@ -392,11 +392,13 @@ impl<B: ChainBlock> BlockStore<B> {
         }
     }
 
-    /// The canonical commit for `height` (stored with block `height + 1`).
+    /// The canonical commit for `height` (stored with block `height + 1`): `None` below the
+    /// base, as for every record of a pruned height. A finished prune to `r` deletes the
+    /// commit of `r − 1` with block `r − 1`'s records, so an interrupted one, which may have
+    /// left it, reads the same (CometBFT's `LoadBlockCommit(base − 1)` after a prune).
     pub fn load_block_commit(&self, height: u64) -> Result<Option<B::Commit>> {
         self.poison.check(self.name())?;
-        // The commit of base − 1 is kept: it travels with block `base`.
-        if self.pruned(height.saturating_add(1)) {
+        if self.pruned(height) {
             return Ok(None);
         }
         self.read_commit(&height_key(keys::BLOCK_COMMIT, height))
@@ -481,6 +483,11 @@ impl<B: ChainBlock> BlockStore<B> {
 
     /// Removes every block below `retain_height`; returns how many were removed.
     ///
+    /// `retain_height` must be at least the base (at the base, blocks an interrupted prune
+    /// left below it are removed) and at most the height: otherwise
+    /// [`Error::InvalidRetainHeight`], nothing written (CometBFT refuses a prune below the
+    /// base, as [`crate::StateStore::prune`] does).
+    ///
     /// The base is raised first, in its own synced write, so a crash midway leaves a store
     /// whose base and height are right; blocks below the base left by such a crash are
     /// removed by the next prune. Blocks go in synced batches of [`PRUNE_BATCH_BLOCKS`].
@@ -488,11 +495,13 @@ impl<B: ChainBlock> BlockStore<B> {
         let _w = self.write_lock.lock().expect("write lock");
         self.poison.check(self.name())?;
         let cur = *self.range.read().expect("range lock");
-        if retain_height == 0 || retain_height > cur.height {
-            return Err(Error::InvalidInput(format!(
-                "cannot prune to retain height {retain_height}: the store holds {}..={}",
-                cur.base, cur.height
-            )));
+        if retain_height == 0 || retain_height < cur.base || retain_height > cur.height {
+            return Err(Error::InvalidRetainHeight {
+                db: self.name().to_string(),
+                retain_height,
+                base: cur.base,
+                height: cur.height,
+            });
         }
         if retain_height > cur.base {
             let next = BlockStoreState {

@@ -397,7 +397,7 @@ impl<C: Chain> StateStore<C> {
                 db: self.name().to_string(),
                 retain_height,
                 base,
-                state_height,
+                height: state_height,
             });
         }
         // What loads at retain_height and above read below it: at most one entry each.
