@@ -66,9 +66,9 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
 /// nothing under `dir` changed.
 fn assert_refused(dir: &Path, options: HomeOptions, names: &[&str]) {
     let before = snapshot(dir);
-    let e = Home::open_with(dir, options)
-        .err()
-        .expect("a damaged home was opened");
+    let Err(e) = Home::open_with(dir, options) else {
+        panic!("a damaged home was opened");
+    };
     assert!(
         matches!(e, Error::HomeDamaged { .. }),
         "not HomeDamaged: {e}"
