@@ -136,8 +136,8 @@ fn run_node(path: &Path, engine: HomeEngine) -> flushpoint::Result<Vec<String>> 
 enum Outcome {
     /// The undamaged home's answers.
     Correct,
-    /// A typed error that names the damaged file or its database.
-    Typed(ErrorKind),
+    /// A typed error that names the damaged file or its database (its kind and message).
+    Typed(ErrorKind, String),
 }
 
 /// Checks one step's result against the undamaged home's: a panic, a wrong answer, or an
@@ -169,7 +169,7 @@ fn judge(
                 want.get(at)
             ))
         }
-        Ok(Err(e)) => judge_error(&e, names).map(Outcome::Typed),
+        Ok(Err(e)) => judge_error(&e, names).map(|kind| Outcome::Typed(kind, e.to_string())),
     }
 }
 
@@ -233,6 +233,8 @@ struct Tally {
     cases: usize,
     correct: usize,
     typed: std::collections::BTreeMap<String, usize>,
+    /// The first message of each kind, printed as an example.
+    examples: std::collections::BTreeMap<String, String>,
     failures: Vec<String>,
 }
 
@@ -278,8 +280,9 @@ fn damage_every_file(engine: HomeEngine, files: &[(&str, &[&str])]) {
                 let result = catch_unwind(AssertUnwindSafe(run));
                 match judge(result, want, &names) {
                     Ok(Outcome::Correct) => tally.correct += 1,
-                    Ok(Outcome::Typed(kind)) => {
-                        *tally.typed.entry(format!("{kind:?}")).or_default() += 1
+                    Ok(Outcome::Typed(kind, text)) => {
+                        *tally.typed.entry(format!("{kind:?}")).or_default() += 1;
+                        tally.examples.entry(format!("{kind:?}")).or_insert(text);
                     }
                     Err(why) => tally
                         .failures
@@ -297,6 +300,9 @@ fn damage_every_file(engine: HomeEngine, files: &[(&str, &[&str])]) {
             tally.typed,
             tally.failures.len()
         );
+        for (kind, text) in &tally.examples {
+            println!("  e.g. {kind}: {text}");
+        }
         for f in &tally.failures {
             println!("  FAILED {f}");
         }
@@ -366,8 +372,8 @@ fn the_checker_fails_a_panicking_read_and_a_wrong_answer() {
             message: "x".to_string(),
         },
     };
-    assert_eq!(
+    assert!(matches!(
         judge(Ok(Err(right_file)), &want, &names),
-        Ok(Outcome::Typed(ErrorKind::Corrupt))
-    );
+        Ok(Outcome::Typed(ErrorKind::Corrupt, _))
+    ));
 }
