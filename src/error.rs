@@ -389,6 +389,41 @@ pub enum Error {
         /// The step the rollback was in when it was interrupted.
         step: &'static str,
     },
+    /// A database file is damaged in a way redb does not check for: redb panicked inside
+    /// `op` on it. The panic is caught at the crate's one boundary with redb
+    /// (`src/db/redb_guard.rs`); the handle makes no further call into redb and its file
+    /// takes no further write (its writes are fenced), so the file is as the damage left it.
+    #[error(
+        "database {db}: file {} is damaged: {op} failed inside redb ({cause}); this handle refuses every later call and writes nothing more to the file: restore the home from a backup, or move it aside and sync the node again from its peers",
+        shown_path(path.as_deref())
+    )]
+    CorruptFile {
+        /// The database involved.
+        db: String,
+        /// The damaged file (`None` for a database opened over a backend without a path).
+        path: Option<PathBuf>,
+        /// What was being done when redb panicked.
+        op: &'static str,
+        /// redb's panic message.
+        #[source]
+        cause: EnginePanic,
+    },
+}
+
+/// redb's panic, caught: its message (`Error::CorruptFile`'s source).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("redb panicked: {message}")]
+pub struct EnginePanic {
+    /// The panic's message (its payload when a string, else a placeholder).
+    pub message: String,
+}
+
+/// A file's path for a message, or what stands for a backend without one.
+fn shown_path(path: Option<&std::path::Path>) -> String {
+    match path {
+        Some(p) => p.display().to_string(),
+        None => "(a redb backend without a path)".to_string(),
+    }
 }
 
 /// Why [`Error::RollbackRefused`] refused a rollback.
@@ -479,7 +514,9 @@ impl Error {
                 }
             }
             Error::Poisoned { .. } => ErrorKind::Poisoned,
-            Error::Corrupt { .. } | Error::HomeDamaged { .. } => ErrorKind::Corrupt,
+            Error::Corrupt { .. } | Error::CorruptFile { .. } | Error::HomeDamaged { .. } => {
+                ErrorKind::Corrupt
+            }
             Error::NonContiguous { .. }
             | Error::IncompletePartSet { .. }
             | Error::PartSetMismatch { .. }

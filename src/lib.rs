@@ -90,9 +90,11 @@ pub use db::{
     BackendCounters, BackendCounts, Batch, CountingBackend, CountingDb, Db, DbIter, Direction,
     Durability, Entry, EntryRef, KeyRange, MemoryDb, Op, RedbDb, RedbOptions, SyncCounters,
     SyncCounts, UnitGroup, UnitMember, UnitPart, collect_range, fsync_dir,
+    inside_guarded_redb_call, quiet_caught_redb_panics,
 };
 pub use error::{
-    BoxError, CorruptReason, Error, ErrorKind, Heights, PoisonCause, Result, RollbackRefusal, hex,
+    BoxError, CorruptReason, EnginePanic, Error, ErrorKind, Heights, PoisonCause, Result,
+    RollbackRefusal, hex,
 };
 pub use fs::{
     DirFate, FileFate, FileSystem, FsBackend, FsFile, OpenMode, SimFault, SimFile, SimFs, SimOp,

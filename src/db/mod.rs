@@ -10,11 +10,14 @@
 mod counting;
 mod memory;
 mod redb_db;
+mod redb_guard;
 mod storage;
 
 pub use counting::{CountingDb, SyncCounters, SyncCounts};
 pub use memory::MemoryDb;
 pub use redb_db::{RedbDb, RedbOptions, fsync_dir};
+pub(crate) use redb_guard::{GuardedDrop, GuardedIter, RedbGuard};
+pub use redb_guard::{inside_guarded_redb_call, quiet_caught_redb_panics};
 pub use storage::{BackendCounters, BackendCounts, CountingBackend};
 
 use std::fmt::Debug;

@@ -8,6 +8,10 @@
 //! file's directory entry or leave a half-created file redb refuses to open.
 //! Invariant: the first failed write or commit poisons the handle (redb latches I/O errors as
 //! well); only a reopen, which runs redb's repair, clears it.
+//! Invariant: every call into redb — the open, each transaction step, every `next` of a
+//! range, the close and the drops of redb's handles — runs under the file's [`RedbGuard`]:
+//! a redb panic (a damaged page) is [`Error::CorruptFile`] naming the file, and latches the
+//! handle with its writes fenced.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,6 +19,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use redb::{Database, ReadableDatabase, StorageBackend, TableDefinition, TableError};
 
+use super::redb_guard::{GuardedDrop, GuardedIter, RedbGuard};
 use super::storage::{BackendCounters, BackendCounts, CountingBackend};
 use super::{Batch, Db, DbIter, Direction, Durability, EntryRef, KeyRange, Op};
 use crate::error::{Error, Result};
@@ -55,7 +60,9 @@ pub struct RedbDb {
     name: String,
     path: Option<PathBuf>,
     fs: Option<Arc<dyn FileSystem>>,
-    db: Database,
+    /// The file's boundary with redb; `db` is dropped under it.
+    guard: Arc<RedbGuard>,
+    db: GuardedDrop<Database>,
     counters: Arc<BackendCounters>,
     poison: Poison,
     /// Kept alive as long as this handle, and dropped after `db` (fields drop in order), so
@@ -116,7 +123,7 @@ impl RedbDb {
             .open_file(path, OpenMode::CreateOrOpen)
             .map_err(|e| Error::io(name, "open file", path, e))?;
         let backend = FsBackend::new(file).map_err(|e| Error::storage(name, "open", e))?;
-        Self::with_backend(name, backend, options)
+        Self::with_backend_at(name, Some(path), backend, options)
     }
 
     /// Creates the database under a temporary name, makes it durable, then renames it into
@@ -168,18 +175,35 @@ impl RedbDb {
         backend: impl StorageBackend,
         options: &RedbOptions,
     ) -> Result<Self> {
-        let counting = CountingBackend::new(backend);
+        Self::with_backend_at(name, None, backend, options)
+    }
+
+    /// As [`RedbDb::with_backend`], for the file at `path` (named by a damaged file's error).
+    fn with_backend_at(
+        name: &str,
+        path: Option<&Path>,
+        backend: impl StorageBackend,
+        options: &RedbOptions,
+    ) -> Result<Self> {
+        let guard = Arc::new(RedbGuard::new(name, path));
+        // Crash: none added; after a caught panic redb's writes (its close) never reach the
+        // file, which stays as the damage left it.
+        let counting = CountingBackend::new(backend).fenced_by(guard.fence());
         let counters = counting.counters();
-        let db = Database::builder()
-            .set_cache_size(options.cache_bytes)
-            .create_with_backend(counting)
-            // redb's error stays the source: `DatabaseAlreadyOpen` makes the kind `Locked`.
-            .map_err(|e| Error::storage(name, "open", e))?;
+        // redb's open may repair the file (after an unclean close): it walks the trees.
+        let db = guard.call("open", || {
+            Database::builder()
+                .set_cache_size(options.cache_bytes)
+                .create_with_backend(counting)
+                // redb's error stays the source: `DatabaseAlreadyOpen` makes the kind `Locked`.
+                .map_err(|e| Error::storage(name, "open", e))
+        })?;
         let this = RedbDb {
             name: name.to_string(),
             path: None,
             fs: None,
-            db,
+            db: GuardedDrop::new(guard.clone(), "close", db),
+            guard,
             counters,
             poison: Poison::default(),
             keep_alive: None,
@@ -189,24 +213,26 @@ impl RedbDb {
     }
 
     fn ensure_table(&self) -> Result<()> {
-        let txn = self
-            .db
-            .begin_read()
-            .map_err(|e| self.err("begin read", e))?;
-        match txn.open_table(TABLE) {
-            Ok(_) => Ok(()),
-            Err(TableError::TableDoesNotExist(_)) => {
-                drop(txn);
-                let txn = self
-                    .db
-                    .begin_write()
-                    .map_err(|e| self.fail("begin write", e))?;
-                txn.open_table(TABLE)
-                    .map_err(|e| self.fail("create table", e))?;
-                txn.commit().map_err(|e| self.fail("commit", e))
+        self.guard.call("open table", || {
+            let txn = self
+                .db
+                .begin_read()
+                .map_err(|e| self.err("begin read", e))?;
+            match txn.open_table(TABLE) {
+                Ok(_) => Ok(()),
+                Err(TableError::TableDoesNotExist(_)) => {
+                    drop(txn);
+                    let txn = self
+                        .db
+                        .begin_write()
+                        .map_err(|e| self.fail("begin write", e))?;
+                    txn.open_table(TABLE)
+                        .map_err(|e| self.fail("create table", e))?;
+                    txn.commit().map_err(|e| self.fail("commit", e))
+                }
+                Err(e) => Err(self.err("open table", e)),
             }
-            Err(e) => Err(self.err("open table", e)),
-        }
+        })
     }
 
     /// Closes the database, returning redb's close error (its last writes and syncs) where
@@ -215,11 +241,17 @@ impl RedbDb {
     pub fn close(self) -> Result<()> {
         let RedbDb {
             name,
+            guard,
             db,
             keep_alive,
             ..
         } = self;
-        let closed = db.close().map_err(|e| Error::storage(&name, "close", e));
+        // A latched guard runs nothing: `db` is then dropped with the closure, under it.
+        let closed = guard.call("close", || {
+            db.into_inner()
+                .close()
+                .map_err(|e| Error::storage(&name, "close", e))
+        });
         // After the file is closed, as when dropped.
         drop(keep_alive);
         closed
@@ -249,12 +281,16 @@ impl RedbDb {
     /// Runs redb's full integrity check (walks every page checksum).
     pub fn check_integrity(&mut self) -> Result<bool> {
         self.check_poison()?;
-        self.db
-            .check_integrity()
-            .map_err(|e| Error::storage(&self.name, "check integrity", e))
+        self.guard.call("check integrity", || {
+            self.db
+                .check_integrity()
+                .map_err(|e| Error::storage(&self.name, "check integrity", e))
+        })
     }
 
+    /// Refused once a redb panic was caught (`CorruptFile`) or a write failed (`Poisoned`).
     fn check_poison(&self) -> Result<()> {
+        self.guard.check()?;
         self.poison.check(&self.name)
     }
 
@@ -278,49 +314,81 @@ impl RedbDb {
         apply: impl FnOnce(&mut RedbTable<'_>) -> Result<()>,
     ) -> Result<()> {
         self.check_poison()?;
-        let mut txn = self
-            .db
-            .begin_write()
-            .map_err(|e| self.fail("begin write", e))?;
-        txn.set_durability(match durability {
-            Durability::Synced => redb::Durability::Immediate,
-            Durability::Buffered => redb::Durability::None,
-        })
-        .map_err(|e| self.fail("set durability", e))?;
+        let txn = self.guard.call("begin write", || {
+            let mut txn = self
+                .db
+                .begin_write()
+                .map_err(|e| self.fail("begin write", e))?;
+            txn.set_durability(match durability {
+                Durability::Synced => redb::Durability::Immediate,
+                Durability::Buffered => redb::Durability::None,
+            })
+            .map_err(|e| self.fail("set durability", e))?;
+            Ok(txn)
+        })?;
+        // Dropped without its commit (an error below): redb aborts it, under the guard.
+        let txn = GuardedDrop::new(self.guard.clone(), "abort write", txn);
         {
-            let mut table = txn
-                .open_table(TABLE)
-                .map_err(|e| self.fail("open table", e))?;
+            let table = self.guard.call("open table", || {
+                txn.open_table(TABLE)
+                    .map_err(|e| self.fail("open table", e))
+            })?;
+            // The table's drop hands its root back to the transaction: redb code too.
+            let mut table = GuardedDrop::new(self.guard.clone(), "close table", table);
             apply(&mut table)?;
         }
         // A failed commit leaves the batch's durability unknown: poison, never retry.
-        txn.commit().map_err(|e| self.fail("commit", e))
+        // Crash: a panic inside the commit leaves the last completed commit (redb's header
+        // swap is last), and the fence keeps redb from writing anything after it.
+        self.guard.call("commit", || {
+            txn.into_inner()
+                .commit()
+                .map_err(|e| self.fail("commit", e))
+        })
     }
 
     /// The table in a new read transaction (a snapshot of the last commit); refused once
     /// poisoned.
-    fn read_table(&self) -> Result<redb::ReadOnlyTable<&'static [u8], &'static [u8]>> {
+    fn read_table(&self) -> Result<GuardedDrop<ReadTable>> {
         self.check_poison()?;
-        let txn = self
-            .db
-            .begin_read()
-            .map_err(|e| self.err("begin read", e))?;
-        txn.open_table(TABLE).map_err(|e| self.err("open table", e))
+        let table = self.guard.call("open table", || {
+            let txn = self
+                .db
+                .begin_read()
+                .map_err(|e| self.err("begin read", e))?;
+            txn.open_table(TABLE).map_err(|e| self.err("open table", e))
+        })?;
+        // Its drop ends the read transaction in redb.
+        Ok(GuardedDrop::new(self.guard.clone(), "end read", table))
+    }
+
+    /// The value at `key` in `table`, copied out (under the guard).
+    fn get_in(&self, table: &ReadTable, key: &[u8]) -> Result<Option<Bytes>> {
+        self.guard.call("get", || {
+            let v = table.get(key).map_err(|e| self.err("get", e))?;
+            Ok(v.map(|g| Bytes::copy_from_slice(g.value())))
+        })
     }
 
     fn put(&self, table: &mut RedbTable<'_>, k: &[u8], v: &[u8]) -> Result<()> {
-        table.insert(k, v).map_err(|e| self.fail("insert", e))?;
-        Ok(())
+        self.guard.call("insert", || {
+            table.insert(k, v).map_err(|e| self.fail("insert", e))?;
+            Ok(())
+        })
     }
 
     fn remove(&self, table: &mut RedbTable<'_>, k: &[u8]) -> Result<()> {
-        table.remove(k).map_err(|e| self.fail("remove", e))?;
-        Ok(())
+        self.guard.call("remove", || {
+            table.remove(k).map_err(|e| self.fail("remove", e))?;
+            Ok(())
+        })
     }
 }
 
 /// The one table a database keeps its pairs in, open for writing.
 type RedbTable<'txn> = redb::Table<'txn, &'static [u8], &'static [u8]>;
+/// The table, open for reading (a snapshot of the last commit).
+type ReadTable = redb::ReadOnlyTable<&'static [u8], &'static [u8]>;
 
 impl Db for RedbDb {
     fn name(&self) -> &str {
@@ -329,19 +397,13 @@ impl Db for RedbDb {
 
     fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
         let table = self.read_table()?;
-        let v = table.get(key).map_err(|e| self.err("get", e))?;
-        Ok(v.map(|g| Bytes::copy_from_slice(g.value())))
+        self.get_in(&table, key)
     }
 
     fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
         // One read transaction and one table open for all the keys: one snapshot.
         let table = self.read_table()?;
-        keys.iter()
-            .map(|k| {
-                let v = table.get(*k).map_err(|e| self.err("get", e))?;
-                Ok(v.map(|g| Bytes::copy_from_slice(g.value())))
-            })
-            .collect()
+        keys.iter().map(|k| self.get_in(&table, k)).collect()
     }
 
     fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
@@ -350,9 +412,13 @@ impl Db for RedbDb {
             return Ok(Box::new(std::iter::empty()));
         }
         let table = self.read_table()?;
-        let r = table
-            .range::<&[u8]>(range.as_ref_bounds())
-            .map_err(|e| self.err("range", e))?;
+        let r = self.guard.call("range", || {
+            table
+                .range::<&[u8]>(range.as_ref_bounds())
+                .map_err(|e| self.err("range", e))
+        })?;
+        // The range holds its own read transaction: the table may go now.
+        drop(table);
         let name = self.name.clone();
         let map = move |item: RedbItem| {
             item.map(|(k, v)| {
@@ -363,9 +429,11 @@ impl Db for RedbDb {
             })
             .map_err(|e| Error::storage(&name, "iterate", e))
         };
+        // Each `next` reads pages in redb: under the guard, as is the range's drop.
+        let guard = &*self.guard;
         Ok(match direction {
-            Direction::Forward => Box::new(r.map(map)),
-            Direction::Reverse => Box::new(r.rev().map(map)),
+            Direction::Forward => Box::new(GuardedIter::new(guard, "iterate", r.map(map))),
+            Direction::Reverse => Box::new(GuardedIter::new(guard, "iterate", r.rev().map(map))),
         })
     }
 

@@ -31,7 +31,8 @@ use super::run::{Lookup, MergedRuns, RUN_BLOCK_BYTES, Run, RunWriter};
 use super::unit::{self, Decoded, Header, KEYSPACE_NAME_BYTES_MAX, Layout, Sections, UnitOp};
 use crate::db::{
     BackendCounters, BackendCounts, Batch, CountingBackend, Db, DbIter, Direction, Durability,
-    Entry, EntryRef, KeyRange, Op, RedbDb, RedbOptions, UnitGroup, UnitMember, UnitPart,
+    Entry, EntryRef, GuardedDrop, GuardedIter, KeyRange, Op, RedbDb, RedbGuard, RedbOptions,
+    UnitGroup, UnitMember, UnitPart,
 };
 use crate::error::{CorruptReason, Error, Result};
 use crate::fs::{FileSystem, FsBackend, FsFile, OpenMode, create_dir_all_durably};
@@ -685,7 +686,11 @@ struct Shared {
     fs: Arc<dyn FileSystem>,
     dir: PathBuf,
     options: JournalOptions,
-    index: Database,
+    /// Dropped (closed) under `index_guard`.
+    index: GuardedDrop<Database>,
+    /// The index file's boundary with redb: every call into `index` runs under it
+    /// ([`Shared::index_call`]); a redb panic poisons the engine.
+    index_guard: Arc<RedbGuard>,
     index_counters: Arc<BackendCounters>,
     /// The engine's poison; it also fences the index file (`CountingBackend::fenced_by`).
     poison: Arc<Poison>,
@@ -854,14 +859,20 @@ impl JournalEngine {
         // Fenced by the engine's poison: after a failure, redb's close must not make the
         // non-durable apply steps durable (they may list runs not yet synced; ADR 0014).
         let poison = Arc::new(Poison::default());
+        let index_guard =
+            Arc::new(RedbGuard::new(ENGINE_NAME, Some(&index_path)).poisoning(poison.clone()));
         let counting = CountingBackend::new(backend).fenced_by(poison.clone());
         let index_counters = counting.counters();
-        let index = Database::builder()
-            .set_cache_size(options.index_cache_bytes)
-            .create_with_backend(counting)
-            .map_err(|e| Error::storage(ENGINE_NAME, "open index", e))?;
-        let (applied_seq, first_segment, applied_end) = read_meta(&index)?;
-        let (separated, live) = read_values_meta(&index)?;
+        let index = index_guard.call("open index", || {
+            Database::builder()
+                .set_cache_size(options.index_cache_bytes)
+                .create_with_backend(counting)
+                .map_err(|e| Error::storage(ENGINE_NAME, "open index", e))
+        })?;
+        let index = GuardedDrop::new(index_guard.clone(), "close index", index);
+        let (applied_seq, first_segment, applied_end) =
+            index_guard.call("read meta", || read_meta(&index))?;
+        let (separated, live) = index_guard.call("read meta", || read_values_meta(&index))?;
         // The segment files there, listed once: the checks below, the scan and the removal
         // of leftovers all read this listing (nothing creates a segment before the last).
         let on_disk: BTreeSet<u64> = fs
@@ -881,7 +892,8 @@ impl JournalEngine {
         }
         let scan = scan(&*fs, dir, &on_disk, applied_seq, first_segment, applied_end)?;
         // Every run the manifest lists is there and whole (reads only; ADR 0014).
-        let runs = open_runs(&*fs, dir, read_runs_meta(&index)?)?;
+        let runs_meta = index_guard.call("read runs", || read_runs_meta(&index))?;
+        let runs = open_runs(&*fs, dir, runs_meta)?;
         // Every segment a live row names is held (checked above) or read by the scan: a
         // row past a gap would point into a number the next roll reuses.
         if let Some((&i, _)) = live
@@ -1010,6 +1022,7 @@ impl JournalEngine {
             dir: dir.to_path_buf(),
             options,
             index,
+            index_guard,
             index_counters,
             poison,
             writer: Mutex::new(Writer {
@@ -1126,13 +1139,13 @@ impl JournalEngine {
                 return Ok(db);
             }
         }
-        let exists = {
+        let exists = s.index_call("begin read", || {
             let txn = s
                 .index
                 .begin_read()
                 .map_err(|e| Error::storage(name, "begin read", e))?;
-            open_read_table(&txn, name, name)?.is_some()
-        };
+            Ok(open_read_table(&txn, name, name)?.is_some())
+        })?;
         if exists {
             return Ok(db);
         }
@@ -1145,7 +1158,7 @@ impl JournalEngine {
                 .map_err(s.failing_io("create directory", &kdir))?;
         }
         let txn = s.begin_index_write(redb::Durability::Immediate)?;
-        {
+        s.index_call("record keyspace", || {
             let mut meta = txn.open_table(META).map_err(s.failing("open meta"))?;
             for (key, value) in &records {
                 meta.insert(key.as_str(), *value)
@@ -1157,7 +1170,8 @@ impl JournalEngine {
                 let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(&table_name);
                 txn.open_table(def).map_err(s.failing("open table"))?;
             }
-        }
+            Ok(())
+        })?;
         // This durable commit also makes the apply steps since the last checkpoint durable,
         // with the manifest rows of their runs: those runs are synced first, as a
         // checkpoint syncs them (the apply lock is held: no run is listed meanwhile; the
@@ -1167,7 +1181,11 @@ impl JournalEngine {
         // together or not at all; no unit of this keyspace is applied before it (the apply
         // lock), so its entries are all in its kind's format, or (a cut before it, a unit
         // replayed) all in the default one.
-        txn.commit().map_err(s.failing("record keyspace"))?;
+        s.index_call("record keyspace", || {
+            txn.into_inner()
+                .commit()
+                .map_err(s.failing("record keyspace"))
+        })?;
         let mut st = s.lock_state();
         st.runs_listed_durably(synced_runs);
         if let Some(from) = options.separate_values_from {
@@ -1284,10 +1302,14 @@ impl JournalEngine {
                 .iter()
                 .map(|(name, list)| (name.clone(), list.clone(), s.run_paths(&st, Some(name))))
                 .collect();
-            let txn = s
-                .index
-                .begin_read()
-                .map_err(|e| Error::storage(ENGINE_NAME, "begin read", e))?;
+            // Under the state lock: the guard catches a panic before it could unwind
+            // through (and poison) the lock.
+            let txn = s.index_call("begin read", || {
+                s.index
+                    .begin_read()
+                    .map_err(|e| Error::storage(ENGINE_NAME, "begin read", e))
+            })?;
+            let txn = GuardedDrop::new(s.index_guard.clone(), "end read", txn);
             let held: Vec<u64> = st.held.iter().copied().collect();
             let others: Vec<u64> = st
                 .segments
@@ -1309,39 +1331,44 @@ impl JournalEngine {
             )?,
             keyspaces: BTreeMap::new(),
         };
-        let names: Vec<String> = txn
-            .list_tables()
-            .map_err(|e| Error::storage(ENGINE_NAME, "list tables", e))?
-            .filter_map(|t| {
-                t.name()
-                    .strip_prefix(KEYSPACE_TABLE_PREFIX)
-                    .map(str::to_string)
-            })
-            .collect();
-        for name in names {
-            let table_name = table_name(&name);
-            let table = txn
-                .open_table(TableDefinition::<&[u8], &[u8]>::new(&table_name))
-                .map_err(|e| Error::storage(ENGINE_NAME, "open table", e))?;
-            let stats = table
-                .stats()
-                .map_err(|e| Error::storage(ENGINE_NAME, "table stats", e))?;
-            let mut k = KeyspaceUsage {
-                index_bytes: stats.stored_bytes()
-                    + stats.metadata_bytes()
-                    + stats.fragmented_bytes(),
-                ..KeyspaceUsage::default()
-            };
-            let separating = separated.contains_key(&name);
-            for item in table
-                .iter()
-                .map_err(|e| Error::storage(ENGINE_NAME, "read", e))?
-            {
-                let (key, value) = item.map_err(|e| Error::storage(ENGINE_NAME, "read", e))?;
-                k.count(&name, separating, key.value(), value.value())?;
+        let names: Vec<String> = s.index_call("list tables", || {
+            Ok(txn
+                .list_tables()
+                .map_err(|e| Error::storage(ENGINE_NAME, "list tables", e))?
+                .filter_map(|t| {
+                    t.name()
+                        .strip_prefix(KEYSPACE_TABLE_PREFIX)
+                        .map(str::to_string)
+                })
+                .collect())
+        })?;
+        s.index_call("read", || {
+            for name in names {
+                let table_name = table_name(&name);
+                let table = txn
+                    .open_table(TableDefinition::<&[u8], &[u8]>::new(&table_name))
+                    .map_err(|e| Error::storage(ENGINE_NAME, "open table", e))?;
+                let stats = table
+                    .stats()
+                    .map_err(|e| Error::storage(ENGINE_NAME, "table stats", e))?;
+                let mut k = KeyspaceUsage {
+                    index_bytes: stats.stored_bytes()
+                        + stats.metadata_bytes()
+                        + stats.fragmented_bytes(),
+                    ..KeyspaceUsage::default()
+                };
+                let separating = separated.contains_key(&name);
+                for item in table
+                    .iter()
+                    .map_err(|e| Error::storage(ENGINE_NAME, "read", e))?
+                {
+                    let (key, value) = item.map_err(|e| Error::storage(ENGINE_NAME, "read", e))?;
+                    k.count(&name, separating, key.value(), value.value())?;
+                }
+                usage.keyspaces.insert(name, k);
             }
-            usage.keyspaces.insert(name, k);
-        }
+            Ok(())
+        })?;
         // A keyspace indexed by runs: its entries as its runs merged give them, and its
         // run files' allocated bytes as its index bytes.
         for (name, list, paths) in runs {
@@ -2678,19 +2705,27 @@ impl Shared {
                         self.write_run(name, ops, keys_max, true)?
                     }
                 };
-                txn.open_table(RUNS)
-                    .map_err(self.failing("open runs"))?
-                    .insert((name, run.id()), RUN_LEVEL)
-                    .map_err(self.failing("write runs"))?;
+                self.index_call("write runs", || {
+                    txn.open_table(RUNS)
+                        .map_err(self.failing("open runs"))?
+                        .insert((name, run.id()), RUN_LEVEL)
+                        .map_err(self.failing("write runs"))?;
+                    Ok(())
+                })?;
                 // Crash: the run's pointer rows and the live bytes they add are in this
                 // step's transaction with its manifest row: durable together or not at all.
                 if !pointers.is_empty() {
-                    let mut rows = txn
-                        .open_table(RUN_VALUES)
-                        .map_err(self.failing("open run values"))?;
+                    self.index_call("write run values", || {
+                        let mut rows = txn
+                            .open_table(RUN_VALUES)
+                            .map_err(self.failing("open run values"))?;
+                        for (&segment, &bytes) in &pointers {
+                            rows.insert((name, run.id(), segment), bytes)
+                                .map_err(self.failing("write run values"))?;
+                        }
+                        Ok(())
+                    })?;
                     for (&segment, &bytes) in &pointers {
-                        rows.insert((name, run.id(), segment), bytes)
-                            .map_err(self.failing("write run values"))?;
                         *delta.entry(segment).or_default() +=
                             i64::try_from(bytes).expect("live bytes fit i64");
                     }
@@ -2700,7 +2735,11 @@ impl Shared {
             }
             let table_name = table_name(name);
             let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(&table_name);
-            let mut table = txn.open_table(def).map_err(self.failing("open table"))?;
+            let table = self.index_call("open table", || {
+                txn.open_table(def).map_err(self.failing("open table"))
+            })?;
+            // Its drop hands the table's root back to the transaction, in redb.
+            let mut table = GuardedDrop::new(self.index_guard.clone(), "close table", table);
             let Some(&from) = separated.get(name) else {
                 // One sweep in key order over every unit of the step, the newest op per key:
                 // the same end state as the units one after another, each leaf visited once.
@@ -2710,14 +2749,16 @@ impl Shared {
                 let sections = parts.iter().map(|(ordered, ..)| *ordered).collect();
                 for (k, v) in NewestPerKey::new(sections) {
                     match v {
-                        Some(v) => {
+                        Some(v) => self.index_call("insert", || {
                             table
                                 .insert(&k[..], &v[..])
                                 .map_err(self.failing("insert"))?;
-                        }
-                        None => {
+                            Ok(())
+                        })?,
+                        None => self.index_call("remove", || {
                             table.remove(&k[..]).map_err(self.failing("remove"))?;
-                        }
+                            Ok(())
+                        })?,
                     }
                 }
                 continue;
@@ -2750,15 +2791,23 @@ impl Shared {
                                 stored.push(VALUE_INLINE);
                                 stored.extend_from_slice(v);
                             }
-                            table
-                                .insert(&k[..], &stored[..])
-                                .map_err(self.failing("insert"))?
+                            self.index_call("insert", || {
+                                Ok(table
+                                    .insert(&k[..], &stored[..])
+                                    .map_err(self.failing("insert"))?
+                                    .map(|old| ValueAt::decode(old.value())))
+                            })?
                         }
-                        None => table.remove(&k[..]).map_err(self.failing("remove"))?,
+                        None => self.index_call("remove", || {
+                            Ok(table
+                                .remove(&k[..])
+                                .map_err(self.failing("remove"))?
+                                .map(|old| ValueAt::decode(old.value())))
+                        })?,
                     };
                     // The value replaced or deleted no longer holds its segment.
                     if let Some(old) = old {
-                        let old_at = ValueAt::decode(old.value()).map_err(|reason| {
+                        let old_at = old.map_err(|reason| {
                             self.fail(Error::Corrupt {
                                 db: format!("{ENGINE_NAME} index, keyspace {name}"),
                                 key: k.to_vec(),
@@ -2774,15 +2823,18 @@ impl Shared {
             }
         }
         let live_now = self.write_live(&txn, delta)?;
-        {
+        let last = units.last().expect("non-empty").seq;
+        self.index_call("write meta", || {
             let mut meta = txn.open_table(META).map_err(self.failing("open meta"))?;
-            let last = units.last().expect("non-empty").seq;
             meta.insert(META_APPLIED_SEQ, last)
                 .map_err(self.failing("write meta"))?;
-        }
+            Ok(())
+        })?;
         before_commit()?;
         self.step.point();
-        txn.commit().map_err(self.failing("commit"))?;
+        self.index_call("commit", || {
+            txn.into_inner().commit().map_err(self.failing("commit"))
+        })?;
         bump(&self.counters.values_kept_in_journal, kept);
         Ok(Applied {
             live_now,
@@ -2804,7 +2856,10 @@ impl Shared {
         delta: BTreeMap<u64, i64>,
     ) -> Result<Vec<(u64, u64)>> {
         let mut live_now = Vec::new();
-        if !delta.is_empty() {
+        if delta.is_empty() {
+            return Ok(live_now);
+        }
+        self.index_call("write live", || {
             let mut live = txn.open_table(LIVE).map_err(self.failing("open live"))?;
             for (segment, change) in delta {
                 if change == 0 {
@@ -2832,7 +2887,8 @@ impl Shared {
                 }
                 live_now.push((segment, now));
             }
-        }
+            Ok(())
+        })?;
         Ok(live_now)
     }
 
@@ -2953,7 +3009,7 @@ impl Shared {
         };
         let synced_runs = self.sync_runs()?;
         let txn = self.begin_index_write(redb::Durability::Immediate)?;
-        {
+        self.index_call("write meta", || {
             let mut meta = txn.open_table(META).map_err(self.failing("open meta"))?;
             meta.insert(META_APPLIED_SEQ, applied)
                 .map_err(self.failing("write meta"))?;
@@ -2963,13 +3019,18 @@ impl Shared {
                 .map_err(self.failing("write meta"))?;
             meta.insert(META_APPLIED_END_OFFSET, applied_end.1)
                 .map_err(self.failing("write meta"))?;
-        }
+            Ok(())
+        })?;
         // Order matters: the checkpoint is durable before any segment below it is deleted;
         // deleting first could lose units redb does not hold durably.
         // Crash: a cut before this commit returns leaves the previous checkpoint, whose
         // first segment and live counts still hold every segment this trim would delete.
         self.step.point();
-        txn.commit().map_err(self.failing("checkpoint commit"))?;
+        self.index_call("checkpoint commit", || {
+            txn.into_inner()
+                .commit()
+                .map_err(self.failing("checkpoint commit"))
+        })?;
         bump(&self.counters.checkpoints, 1);
         let punch = {
             let mut st = self.lock_state();
@@ -3020,14 +3081,37 @@ impl Shared {
     }
 
     /// A write transaction on the index with `durability`; a failure poisons the engine.
-    fn begin_index_write(&self, durability: redb::Durability) -> Result<redb::WriteTransaction> {
-        let mut txn = self
-            .index
-            .begin_write()
-            .map_err(self.failing("begin write"))?;
-        txn.set_durability(durability)
-            .map_err(self.failing("set durability"))?;
-        Ok(txn)
+    /// Dropped without its commit, it is aborted in redb under the index's guard.
+    fn begin_index_write(
+        &self,
+        durability: redb::Durability,
+    ) -> Result<GuardedDrop<redb::WriteTransaction>> {
+        let txn = self.index_call("begin write", || {
+            let mut txn = self
+                .index
+                .begin_write()
+                .map_err(self.failing("begin write"))?;
+            txn.set_durability(durability)
+                .map_err(self.failing("set durability"))?;
+            Ok(txn)
+        })?;
+        Ok(GuardedDrop::new(
+            self.index_guard.clone(),
+            "abort write",
+            txn,
+        ))
+    }
+
+    /// Runs `f`, a call into the index's redb, under the index's guard: a redb panic (a
+    /// damaged page) is `Error::CorruptFile` naming `index.redb`; it poisons the engine
+    /// (and fences the index's writes) and wakes every waiter. Never called with a
+    /// redb call made while one of the engine's locks is taken inside `f`.
+    fn index_call<T>(&self, op: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let r = self.index_guard.call(op, f);
+        if matches!(r, Err(Error::CorruptFile { .. })) {
+            self.changed.notify_all();
+        }
+        r
     }
 
     /// Unlinks the runs merges replaced: the checkpoint's durable manifest, just committed,
@@ -3190,7 +3274,7 @@ impl Shared {
             checked.unwrap_or_else(|invariant| panic!("invariant: {invariant}"))
         };
         let txn = self.begin_index_write(redb::Durability::None)?;
-        {
+        self.index_call("write runs", || {
             let mut manifest = txn.open_table(RUNS).map_err(self.failing("open runs"))?;
             manifest
                 .insert((name.as_str(), out.id()), RUN_LEVEL)
@@ -3200,7 +3284,8 @@ impl Shared {
                     .remove((name.as_str(), r.id()))
                     .map_err(self.failing("write runs"))?;
             }
-        }
+            Ok(())
+        })?;
         // A separating keyspace (ADR 0016): the inputs' pointer rows leave with them and the
         // output's come in; the live bytes change by the pointers the merge dropped (keys it
         // found newer ops for), in this transaction with the manifest.
@@ -3210,32 +3295,35 @@ impl Shared {
         // pointer holds any more is doomed only by a checkpoint that finds it so.
         let live_now = if self.lock_state().separated.contains_key(&name) {
             let mut delta: BTreeMap<u64, i64> = BTreeMap::new();
-            let mut rows = txn
-                .open_table(RUN_VALUES)
-                .map_err(self.failing("open run values"))?;
-            for r in &inputs {
-                let from = (name.as_str(), r.id(), 0u64);
-                let through = (name.as_str(), r.id(), u64::MAX);
-                let held: Vec<(u64, u64)> = rows
-                    .range(from..=through)
-                    .map_err(self.failing("read run values"))?
-                    .map(|item| item.map(|(k, v)| (k.value().2, v.value())))
-                    .collect::<std::result::Result<_, _>>()
-                    .map_err(self.failing("read run values"))?;
-                for (segment, bytes) in held {
-                    rows.remove((name.as_str(), r.id(), segment))
+            self.index_call("write run values", || {
+                let mut rows = txn
+                    .open_table(RUN_VALUES)
+                    .map_err(self.failing("open run values"))?;
+                for r in &inputs {
+                    let from = (name.as_str(), r.id(), 0u64);
+                    let through = (name.as_str(), r.id(), u64::MAX);
+                    let held: Vec<(u64, u64)> = rows
+                        .range(from..=through)
+                        .map_err(self.failing("read run values"))?
+                        .map(|item| item.map(|(k, v)| (k.value().2, v.value())))
+                        .collect::<std::result::Result<_, _>>()
+                        .map_err(self.failing("read run values"))?;
+                    for (segment, bytes) in held {
+                        rows.remove((name.as_str(), r.id(), segment))
+                            .map_err(self.failing("write run values"))?;
+                        *delta.entry(segment).or_default() -=
+                            i64::try_from(bytes).expect("live bytes fit i64");
+                    }
+                }
+                for (&segment, &bytes) in &out_pointers {
+                    rows.insert((name.as_str(), out.id(), segment), bytes)
                         .map_err(self.failing("write run values"))?;
-                    *delta.entry(segment).or_default() -=
+                    *delta.entry(segment).or_default() +=
                         i64::try_from(bytes).expect("live bytes fit i64");
                 }
-            }
-            for (&segment, &bytes) in &out_pointers {
-                rows.insert((name.as_str(), out.id(), segment), bytes)
-                    .map_err(self.failing("write run values"))?;
-                *delta.entry(segment).or_default() +=
-                    i64::try_from(bytes).expect("live bytes fit i64");
-            }
-            drop(rows);
+                drop(rows);
+                Ok(())
+            })?;
             // A merge keeps or drops its inputs' ops, never makes one: its output points at
             // no byte an input did not.
             assert!(
@@ -3247,7 +3335,9 @@ impl Shared {
             Vec::new()
         };
         self.step.point();
-        txn.commit().map_err(self.failing("commit"))?;
+        self.index_call("commit", || {
+            txn.into_inner().commit().map_err(self.failing("commit"))
+        })?;
         bump(&self.counters.run_merges, 1);
         if newer > 0 {
             bump(&self.counters.merges_behind_newer_runs, 1);
@@ -3565,10 +3655,14 @@ impl Shared {
         let mut st = self.lock_state();
         let t = from_overlay(&st.overlay, keyspace);
         let runs = st.runs.get(keyspace).cloned();
-        let txn = self
-            .index
-            .begin_read()
-            .map_err(|e| Error::storage(db, "begin read", e))?;
+        // Under the state lock: the guard catches a panic before it could unwind through
+        // (and poison) the lock.
+        let txn = self.index_call("begin read", || {
+            self.index
+                .begin_read()
+                .map_err(|e| Error::storage(db, "begin read", e))
+        })?;
+        let txn = GuardedDrop::new(self.index_guard.clone(), "end read", txn);
         // A planted bug for `tests/loom_journal.rs`: the epoch pinned after the lock is
         // let go, so a trim can come between the snapshot and its pin.
         #[cfg(loom_bug_pin_after_snapshot)]
@@ -3660,7 +3754,7 @@ type RunPointers = BTreeMap<u64, u64>;
 /// transaction, a separating keyspace's pin, and a runs keyspace's runs, newest first.
 struct Snapshot<'a, T> {
     overlay: T,
-    txn: redb::ReadTransaction,
+    txn: GuardedDrop<redb::ReadTransaction>,
     pin: Option<ReadPin<'a>>,
     runs: Option<RunList>,
 }
@@ -3807,21 +3901,26 @@ impl Db for JournalDb {
             match hit {
                 Some(v) => out.push(v),
                 None => {
+                    let s = self.shared();
                     if table.is_none() {
-                        table = Some(open_read_table(&txn, &self.name, &self.name)?);
+                        let t = s.index_call("open table", || {
+                            open_read_table(&txn, &self.name, &self.name)
+                        })?;
+                        table =
+                            Some(t.map(|t| GuardedDrop::new(s.index_guard.clone(), "end read", t)));
                     }
                     let stored = match table.as_ref().expect("opened above") {
-                        Some(t) => t
-                            .get(*k)
-                            .map_err(|e| Error::storage(&self.name, "get", e))?,
+                        Some(t) => s.index_call("get", || {
+                            Ok(t.get(*k)
+                                .map_err(|e| Error::storage(&self.name, "get", e))?
+                                .map(|g| Bytes::copy_from_slice(g.value())))
+                        })?,
                         None => None,
                     };
                     let v = match (stored, &pin) {
                         (None, _) => None,
-                        (Some(g), None) => Some(Bytes::copy_from_slice(g.value())),
-                        (Some(g), Some(_)) => {
-                            Some(self.shared().stored_value(&self.name, k, g.value())?)
-                        }
+                        (Some(v), None) => Some(v),
+                        (Some(stored), Some(_)) => Some(s.stored_value(&self.name, k, &stored)?),
                     };
                     out.push(v);
                 }
@@ -3847,7 +3946,12 @@ impl Db for JournalDb {
         if direction == Direction::Reverse {
             over.reverse();
         }
-        let disk: DbIter<'_> = match (runs, open_read_table(&txn, &self.name, &self.name)?) {
+        let s = self.shared();
+        let table = s.index_call("open table", || {
+            open_read_table(&txn, &self.name, &self.name)
+        })?;
+        let table = table.map(|t| GuardedDrop::new(s.index_guard.clone(), "end read", t));
+        let disk: DbIter<'_> = match (runs, table) {
             // The runs newest first, each key's newest op; tombstones hide older runs' pairs
             // and are left out.
             (Some(runs), _) => Box::new(
@@ -3856,9 +3960,11 @@ impl Db for JournalDb {
             ),
             (None, None) => Box::new(std::iter::empty()),
             (None, Some(table)) => {
-                let r = table
-                    .range::<&[u8]>(bounds)
-                    .map_err(|e| Error::storage(&self.name, "range", e))?;
+                let r = s.index_call("range", || {
+                    table
+                        .range::<&[u8]>(bounds)
+                        .map_err(|e| Error::storage(&self.name, "range", e))
+                })?;
                 let name = self.name.clone();
                 // The stored bytes as they are: a pointer is followed only for a pair the
                 // merge returns (one the overlay shadows is never read).
@@ -3871,9 +3977,13 @@ impl Db for JournalDb {
                     })
                     .map_err(|e| Error::storage(&name, "iterate", e))
                 };
+                // Each `next` reads pages in redb: under the guard, as is the range's drop.
+                let guard = &*s.index_guard;
                 match direction {
-                    Direction::Forward => Box::new(r.map(map)),
-                    Direction::Reverse => Box::new(r.rev().map(map)),
+                    Direction::Forward => Box::new(GuardedIter::new(guard, "iterate", r.map(map))),
+                    Direction::Reverse => {
+                        Box::new(GuardedIter::new(guard, "iterate", r.rev().map(map)))
+                    }
                 }
             }
         };
