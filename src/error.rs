@@ -378,6 +378,27 @@ pub enum Error {
         /// The step the rollback was in when it was interrupted.
         step: &'static str,
     },
+    /// A journal segment file disagrees with what the journal's index records or with what
+    /// the journal writes: missing, shorter than the units the index says were applied in
+    /// it, or longer than any segment the journal writes. Nothing was written.
+    #[error(
+        "journal segment {segment}: {problem}; the journal is damaged and is not opened (nothing was written): restore the home from a backup, or sync a new home"
+    )]
+    JournalSegment {
+        /// The segment file.
+        segment: PathBuf,
+        /// What is wrong with it: the offsets and seqs involved.
+        problem: String,
+    },
+    /// The journal directory is open in another engine (another home whose `journal/` is
+    /// the same directory, or a second open in this process).
+    #[error(
+        "journal directory {dir} is already open (locked by another flushpoint process or handle); stop it first"
+    )]
+    JournalLocked {
+        /// The journal directory.
+        dir: PathBuf,
+    },
 }
 
 /// Why [`Error::RollbackRefused`] refused a rollback.
@@ -476,7 +497,7 @@ impl Error {
             | Error::InvalidBlock { .. }
             | Error::InvalidRetainHeight { .. } => ErrorKind::InvalidInput,
             Error::NotFound { .. } | Error::Pruned { .. } => ErrorKind::NotFound,
-            Error::HomeLocked { .. } => ErrorKind::Locked,
+            Error::HomeLocked { .. } | Error::JournalLocked { .. } => ErrorKind::Locked,
             Error::HomeVersion { .. }
             | Error::HomeEngine { .. }
             | Error::GenesisMismatch { .. } => ErrorKind::Incompatible,
@@ -491,6 +512,7 @@ impl Error {
             Error::RollbackInterrupted { .. } => ErrorKind::Interrupted,
             Error::NotYetDurable { .. } => ErrorKind::NotYetDurable,
             Error::Contract { .. } => ErrorKind::Contract,
+            Error::JournalSegment { .. } => ErrorKind::Corrupt,
         }
     }
 }
