@@ -4029,38 +4029,59 @@ mod tests {
     /// The background applier's timed checkpoint: with units applied since the last one, a
     /// checkpoint follows once `checkpoint_interval` has passed — and not before (the byte
     /// bound set out of reach). Found missing by mutation testing: the interval's test
-    /// inverted, or the "applied since" half dropped, survived every test.
+    /// inverted, or the "applied since" half dropped, survived every test. No wall clock
+    /// decides it: the interval is out of reach while two steps pass without a checkpoint,
+    /// then the test moves the last checkpoint back by the interval and wakes the applier.
     #[test]
     fn the_background_applier_checkpoints_once_the_interval_has_passed() {
-        for (interval, due) in [
-            (Duration::from_millis(100), true),
-            (Duration::from_secs(3600), false),
-        ] {
-            let engine = JournalEngine::open(
-                Arc::new(crate::fs::SimFs::new()),
-                Path::new("/j"),
-                JournalOptions {
-                    apply_batch_delay: Duration::ZERO,
-                    checkpoint_bytes: u64::MAX,
-                    checkpoint_interval: interval,
-                    ..JournalOptions::default()
-                },
-            )
-            .expect("open");
-            let db = engine.keyspace("k").expect("keyspace");
-            let at_open = engine.counts().checkpoints;
+        let interval = Duration::from_secs(60);
+        let engine = JournalEngine::open(
+            Arc::new(crate::fs::SimFs::new()),
+            Path::new("/j"),
+            JournalOptions {
+                apply_batch_delay: Duration::ZERO,
+                checkpoint_bytes: u64::MAX,
+                checkpoint_interval: interval,
+                ..JournalOptions::default()
+            },
+        )
+        .expect("open");
+        let db = engine.keyspace("k").expect("keyspace");
+        let at_open = engine.counts().checkpoints;
+        let write = |key: &'static [u8]| {
             let mut b = crate::db::Batch::new();
-            b.put(&b"key"[..], &b"value"[..]);
+            b.put(key, &b"value"[..]);
             crate::db::Db::write(&*db, &b, crate::db::Durability::Synced).expect("write");
-            wait_for("the step", &|| engine.counts().apply_steps > 0);
-            std::thread::sleep(interval.min(Duration::from_millis(100)) * 5);
-            let taken = engine.counts().checkpoints - at_open;
-            if due {
-                assert_eq!(taken, 1, "one checkpoint after the {interval:?} interval");
-            } else {
-                assert_eq!(taken, 0, "no checkpoint within the {interval:?} interval");
-            }
+        };
+        for (n, key) in [&b"one"[..], &b"two"[..]].into_iter().enumerate() {
+            write(key);
+            wait_for("the step", &|| engine.counts().apply_steps > n as u64);
         }
+        assert_eq!(
+            engine.counts().checkpoints - at_open,
+            0,
+            "no checkpoint within the interval"
+        );
+        let shared = &engine.handle.shared;
+        {
+            let mut st = shared.lock_state();
+            st.last_checkpoint = st
+                .last_checkpoint
+                .checked_sub(interval)
+                .expect("the monotonic clock is older than the interval");
+        }
+        shared.changed.notify_all();
+        wait_for("the timed checkpoint", &|| {
+            engine.counts().checkpoints > at_open
+        });
+        let steps = engine.counts().apply_steps;
+        write(b"three");
+        wait_for("the next step", &|| engine.counts().apply_steps > steps);
+        assert_eq!(
+            engine.counts().checkpoints - at_open,
+            1,
+            "one checkpoint once the interval passed, none until it passes again"
+        );
     }
 
     /// A merger that falls behind holds the background applier back: with
