@@ -408,6 +408,27 @@ pub enum Error {
         #[source]
         cause: EnginePanic,
     },
+    /// A journal segment file disagrees with what the journal's index records or with what
+    /// the journal writes: missing, shorter than the units the index says were applied in
+    /// it, or longer than any segment the journal writes. Nothing was written.
+    #[error(
+        "journal segment {segment}: {problem}; the journal is damaged and is not opened (nothing was written): restore the home from a backup, or sync a new home"
+    )]
+    JournalSegment {
+        /// The segment file.
+        segment: PathBuf,
+        /// What is wrong with it: the offsets and seqs involved.
+        problem: String,
+    },
+    /// The journal directory is open in another engine (another home whose `journal/` is
+    /// the same directory, or a second open in this process).
+    #[error(
+        "journal directory {dir} is already open (locked by another flushpoint process or handle); stop it first"
+    )]
+    JournalLocked {
+        /// The journal directory.
+        dir: PathBuf,
+    },
 }
 
 /// redb's panic, caught: its message (`Error::CorruptFile`'s source).
@@ -514,9 +535,10 @@ impl Error {
                 }
             }
             Error::Poisoned { .. } => ErrorKind::Poisoned,
-            Error::Corrupt { .. } | Error::CorruptFile { .. } | Error::HomeDamaged { .. } => {
-                ErrorKind::Corrupt
-            }
+            Error::Corrupt { .. }
+            | Error::CorruptFile { .. }
+            | Error::HomeDamaged { .. }
+            | Error::JournalSegment { .. } => ErrorKind::Corrupt,
             Error::NonContiguous { .. }
             | Error::IncompletePartSet { .. }
             | Error::PartSetMismatch { .. }
@@ -524,7 +546,7 @@ impl Error {
             | Error::InvalidBlock { .. }
             | Error::InvalidRetainHeight { .. } => ErrorKind::InvalidInput,
             Error::NotFound { .. } | Error::Pruned { .. } => ErrorKind::NotFound,
-            Error::HomeLocked { .. } => ErrorKind::Locked,
+            Error::HomeLocked { .. } | Error::JournalLocked { .. } => ErrorKind::Locked,
             Error::HomeVersion { .. }
             | Error::HomeEngine { .. }
             | Error::GenesisMismatch { .. } => ErrorKind::Incompatible,

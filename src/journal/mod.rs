@@ -25,6 +25,7 @@
 
 mod engine;
 mod overlay;
+mod recovery;
 mod run;
 mod thread_priority;
 mod unit;
