@@ -18,7 +18,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::db::{Db, RedbDb, RedbOptions};
+use crate::db::{Db, Direction, KeyRange, RedbDb, RedbOptions};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, FsFile, OpenMode, StdFs, create_dir_all_durably};
 use crate::journal::{
@@ -33,6 +33,11 @@ use crate::journal::{
 pub const HOME_FORMAT_VERSION: u32 = 2;
 
 pub(crate) const FORMAT_FILE: &str = "FORMAT";
+/// A redb home's database files, in the order a new home creates them.
+const REDB_FILES: [&str; 3] = [BLOCK_STORE_FILE, STATE_FILE, APP_FILE];
+/// The longest `FORMAT` read, in bytes. Why: a FORMAT is a few short lines (under 100
+/// bytes); a longer file is damaged, and reading it whole would allocate by its length.
+const FORMAT_BYTES_MAX: u64 = 4096;
 const FORMAT_PREFIX: &str = "flushpoint home format ";
 const FORMAT_ENGINE_PREFIX: &str = "engine ";
 /// The third line of a journal home created since ADR 0013: its block store keeps block
@@ -405,7 +410,7 @@ struct EngineFiles {
 impl EngineFiles {
     fn find(fs: &dyn FileSystem, path: &Path) -> Result<EngineFiles> {
         let mut redb = Vec::new();
-        for file in [BLOCK_STORE_FILE, STATE_FILE, APP_FILE] {
+        for file in REDB_FILES {
             if fs
                 .exists(&path.join(file))
                 .map_err(home_err(path, "stat a database file"))?
@@ -502,7 +507,7 @@ impl Home {
         // The lock file's entry need not be durable: a lost one is created again.
         let lock = fs
             .open_file(&path.join(LOCK_FILE), OpenMode::CreateOrOpen)
-            .map_err(home_err(path, "open lock file"))?;
+            .map_err(home_err(path, "open its LOCK file"))?;
         match lock.try_lock_exclusive() {
             Ok(true) => {}
             Ok(false) => {
@@ -531,11 +536,40 @@ impl Home {
                     db.keep_alive(lock.clone());
                     Ok(Arc::new(db))
                 };
-                Storage::Redb([
-                    open(BLOCK_STORE_FILE, DB_NAMES[0])?,
-                    open(STATE_FILE, DB_NAMES[1])?,
-                    open(APP_FILE, DB_NAMES[2])?,
-                ])
+                // A new home's files are created in this order after its FORMAT: a crash
+                // while creating them leaves the first ones, empty. A file missing before one
+                // present, or beside one holding data, was lost, not yet to be created:
+                // refused before the missing one is created empty.
+                let present = EngineFiles::find(&*fs, path)?.redb;
+                let lost = |problem: String| Error::HomeDamaged {
+                    path: path.to_path_buf(),
+                    problem,
+                };
+                if present[..] != REDB_FILES[..present.len()] {
+                    let missing = REDB_FILES.iter().find(|f| !present.contains(f));
+                    return Err(lost(format!(
+                        "its {} is missing while {} exist",
+                        missing.unwrap_or(&""),
+                        present.join(", ")
+                    )));
+                }
+                let mut dbs: Vec<Arc<RedbDb>> = Vec::with_capacity(REDB_FILES.len());
+                for (file, name) in REDB_FILES.iter().zip(DB_NAMES) {
+                    if dbs.len() == present.len() && !dbs.is_empty() {
+                        for (db, held) in dbs.iter().zip(&present) {
+                            let first = db.range(KeyRange::all(), Direction::Forward)?.next();
+                            if first.transpose()?.is_some() {
+                                return Err(lost(format!(
+                                    "its {file} is missing while {held} holds data"
+                                )));
+                            }
+                        }
+                    }
+                    dbs.push(open(file, name)?);
+                }
+                let [b, s, a] = <[Arc<RedbDb>; 3]>::try_from(dbs)
+                    .unwrap_or_else(|_| unreachable!("one database per file"));
+                Storage::Redb([b, s, a])
             }
             HomeEngine::Journal => {
                 // Every file of the engine holds the lock until it is closed (see LockedFs).
@@ -628,7 +662,17 @@ impl Home {
         let fpath = path.join(FORMAT_FILE);
         match fs.open_file(&fpath, OpenMode::Existing) {
             Ok(f) => {
-                let mut bytes = vec![0; f.len().map_err(home_err(path, "read FORMAT"))? as usize];
+                let len = f.len().map_err(home_err(path, "read FORMAT"))?;
+                if len > FORMAT_BYTES_MAX {
+                    return Err(Error::HomeDamaged {
+                        path: path.to_path_buf(),
+                        problem: format!(
+                            "its FORMAT is {len} bytes, longer than any FORMAT \
+                             ({FORMAT_BYTES_MAX} bytes at most)"
+                        ),
+                    });
+                }
+                let mut bytes = vec![0; len as usize];
                 f.read_at(0, &mut bytes)
                     .map_err(home_err(path, "read FORMAT"))?;
                 let recorded = parse_format(path, &String::from_utf8_lossy(&bytes))?;

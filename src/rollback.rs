@@ -56,6 +56,10 @@ use crate::types::{Hash, Record, decode, encode};
 pub const ROLLBACK_INTENT_FILE: &str = "ROLLBACK-IN-PROGRESS";
 /// The temporary name the intent is written under before its rename.
 const INTENT_TMP_FILE: &str = "ROLLBACK-IN-PROGRESS.tmp";
+/// The longest rollback intent read, in bytes. Why: an intent holds one state (its
+/// validator sets and params), far below this; a longer file is damaged, and reading it
+/// whole would allocate by its length.
+const INTENT_BYTES_MAX: u64 = 64 * 1024 * 1024;
 
 /// The step an interrupted rollback was in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,6 +199,14 @@ fn read_intent(fs: &dyn FileSystem, dir: &Path) -> Result<Option<Intent>> {
         Err(e) => return Err(home_io(dir, "open the rollback intent")(e)),
     };
     let len = f.len().map_err(home_io(dir, "read the rollback intent"))?;
+    if len > INTENT_BYTES_MAX {
+        return Err(Error::Corrupt {
+            db: format!("home {}, {ROLLBACK_INTENT_FILE}", dir.display()),
+            key: ROLLBACK_INTENT_FILE.as_bytes().to_vec(),
+            height: None,
+            reason: CorruptReason::Invalid("the rollback intent is longer than any intent"),
+        });
+    }
     let mut bytes = vec![0; len as usize];
     f.read_at(0, &mut bytes)
         .map_err(home_io(dir, "read the rollback intent"))?;
@@ -212,7 +224,7 @@ fn read_intent(fs: &dyn FileSystem, dir: &Path) -> Result<Option<Intent>> {
     decode::<Intent>(ROLLBACK_INTENT_FILE.as_bytes(), &bytes)
         .map(Some)
         .map_err(|reason| Error::Corrupt {
-            db: format!("home {}", dir.display()),
+            db: format!("home {}, {ROLLBACK_INTENT_FILE}", dir.display()),
             key: ROLLBACK_INTENT_FILE.as_bytes().to_vec(),
             height: None,
             reason,

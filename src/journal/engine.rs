@@ -28,7 +28,7 @@ use redb::{
 
 use super::overlay::{KeyOrdered, NewestPerKey, Overlay, UnitOps};
 use super::recovery::{self, Recorded, SEGMENT_ENDS};
-use super::run::{Lookup, MergedRuns, RUN_BLOCK_BYTES, Run, RunWriter};
+use super::run::{Lookup, MergedRuns, RUN_BLOCK_BYTES, Run, RunWriter, run_file_name};
 use super::unit::{self, KEYSPACE_NAME_BYTES_MAX, Layout, Sections, UnitOp};
 use crate::db::{
     BackendCounters, BackendCounts, Batch, CountingBackend, Db, DbIter, Direction, Durability,
@@ -246,11 +246,6 @@ pub const SEPARATE_VALUES_MIN_BYTES: u32 = 64;
 /// The file name of segment number `index`: 20 decimal digits and `.seg`.
 pub fn segment_file_name(index: u64) -> String {
     format!("{index:020}.seg")
-}
-
-/// The file name of run `id`: 20 decimal digits and `.run`.
-fn run_file_name(id: u64) -> String {
-    format!("{id:020}.run")
 }
 
 /// The run id a file name in a keyspace's runs directory names, if it names one.

@@ -34,6 +34,11 @@ use crate::db::{Direction, KeyRange};
 use crate::error::{CorruptReason, Error, Result};
 use crate::fs::FsFile;
 
+/// The file name of run `id`: 20 decimal digits and `.run`.
+pub(super) fn run_file_name(id: u64) -> String {
+    format!("{id:020}.run")
+}
+
 /// The run magic: "FlushPoint Run", format 1.
 pub(crate) const RUN_MAGIC: [u8; 4] = *b"FPR1";
 /// The magic closing a run's footer: a file cut before its footer ends is not a run.
@@ -533,7 +538,8 @@ impl Run {
     /// `Err(Corrupt)` names the run: a file cut anywhere, or any changed byte of those
     /// parts, is refused here; a changed byte in a block is found when the block is read.
     pub(crate) fn open(file: Box<dyn FsFile>, name: &str, id: u64) -> Result<Run> {
-        let name = format!("{name} run {id}");
+        // The keyspace, the run and its file (under the journal's `runs/`), for errors.
+        let name = format!("{name} run {id} (runs/{name}/{})", run_file_name(id));
         let corrupt = |reason| Error::Corrupt {
             db: name.clone(),
             key: Vec::new(),
