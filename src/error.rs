@@ -232,10 +232,11 @@ pub enum Error {
         /// The engine asked for.
         requested: crate::home::HomeEngine,
     },
-    /// The home's files do not match its `FORMAT` (lost, cut, or naming another engine's
-    /// files): refused before anything was written, so no data is taken for a new home.
+    /// The home's files do not match its `FORMAT` or each other (a `FORMAT` lost, cut,
+    /// unreadable or naming another engine's files; a database file lost beside the
+    /// others): refused before anything was written, so no data is taken for a new home.
     #[error(
-        "home {path}: {problem}; nothing was written: restore the home's FORMAT (or the home) from a backup"
+        "home {path}: {problem}; nothing was written: restore the file named (or the whole home) from a backup"
     )]
     HomeDamaged {
         /// The home directory.

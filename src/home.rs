@@ -675,7 +675,23 @@ impl Home {
                 let mut bytes = vec![0; len as usize];
                 f.read_at(0, &mut bytes)
                     .map_err(home_err(path, "read FORMAT"))?;
-                let recorded = parse_format(path, &String::from_utf8_lossy(&bytes))?;
+                let recorded = match parse_format(path, &String::from_utf8_lossy(&bytes)) {
+                    // An unreadable FORMAT beside a home's databases is a damaged home's, not
+                    // a directory that is no home.
+                    Err(e @ Error::Home { .. }) => {
+                        return Err(match EngineFiles::find(fs, path)?.any() {
+                            Some(files) => Error::HomeDamaged {
+                                path: path.to_path_buf(),
+                                problem: format!(
+                                    "its FORMAT is not one flushpoint writes ({e}), but it \
+                                     holds {files}"
+                                ),
+                            },
+                            None => e,
+                        });
+                    }
+                    r => r?,
+                };
                 let found = EngineFiles::find(fs, path)?;
                 // A journal home whose FORMAT was cut to its first line reads as redb, and a
                 // redb home's FORMAT can be replaced by a journal one: either way, opening on

@@ -157,3 +157,25 @@ fn a_directory_with_a_lock_file_only_or_a_format_without_databases_opens_as_new(
         assert_eq!(home.engine(), engine);
     }
 }
+
+#[test]
+fn an_unreadable_format_beside_databases_is_a_damaged_home_and_alone_no_home() {
+    for engine in [HomeEngine::Redb, HomeEngine::Journal] {
+        let tmp = tempfile::tempdir().unwrap();
+        synced_home(tmp.path(), engine);
+        std::fs::write(format_path(tmp.path()), b"flushpoint home f\x01rmat 2\n").unwrap();
+        assert_refused(
+            tmp.path(),
+            HomeOptions::default(),
+            &["its FORMAT is not one flushpoint writes"],
+        );
+    }
+    // No databases beside it: a directory that is not a home, as before.
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(format_path(tmp.path()), b"not a home\n").unwrap();
+    let Err(e) = Home::open(tmp.path()) else {
+        panic!("a directory with a foreign FORMAT opened");
+    };
+    assert!(matches!(e, Error::Home { .. }), "{e}");
+    assert!(e.to_string().contains("not a flushpoint home"), "{e}");
+}
