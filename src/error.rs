@@ -209,7 +209,7 @@ pub enum Error {
     },
     /// The home directory was written by an incompatible format version.
     #[error(
-        "home {path} has format version {found}; this build reads version {expected}: use a matching flushpoint build or a new home"
+        "home {path}: its FORMAT records format version {found}; this build reads version {expected}: use a matching flushpoint build or a new home"
     )]
     HomeVersion {
         /// The home directory.
