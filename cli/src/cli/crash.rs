@@ -30,6 +30,7 @@ use clap::Args;
 use serde::Serialize;
 
 use super::dbwrap::{CRASH_TEST_ENV, MARKER, MARKER_GATE_ENV};
+use super::out::{errln, outln};
 use super::{CliError, CliResult, EngineArg, HOME_ENV, ProfileArg};
 
 /// A child that prints nothing for this long is hung: it is killed and the test fails (a
@@ -390,7 +391,7 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
     let _ = std::fs::remove_dir_all(&ref_home);
     let run_time = r.run_time.unwrap_or_default();
     if !a.json {
-        println!(
+        outln!(
             "crash-test: seed {}, chain of {} block-synced + {} consensus blocks (profile {}, {} engine, a flush point every {} blocks), {} kills",
             a.seed,
             a.blocks,
@@ -400,7 +401,7 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
             a.flush_every,
             a.kills
         );
-        println!(
+        outln!(
             "reference (uncut): heights {}, app hash {}, {:.0} ms",
             reference["heights"],
             reference["app_hash"].as_str().unwrap_or("?"),
@@ -443,6 +444,13 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
     let expected_flushes = (a.blocks / a.flush_every).max(1);
     let mut saved_flush_home = false;
     while rep.kills < a.kills {
+        if super::out::cut() {
+            // No child runs between two rounds: stop here, the work directory cleaned up.
+            if a.work_dir.is_none() {
+                let _ = std::fs::remove_dir_all(&work);
+            }
+            return Err(CliError::output_cut());
+        }
         rep.rounds += 1;
         let home = work.join(format!("round-{}", rep.rounds));
         let _ = std::fs::remove_dir_all(&home);
@@ -522,7 +530,7 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
             if !o.exit_ok {
                 rep.failures += 1;
                 let e = fail_child(&format!("round {}: a child run failed", rep.rounds));
-                eprintln!("flushpoint: {}", e.message);
+                errln!("flushpoint: {}", e.message);
                 break;
             }
             match o.json {
@@ -530,7 +538,7 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
                     rep.completed_runs_compared += 1;
                     if let Some(diff) = compare(&reference, &j) {
                         rep.mismatches += 1;
-                        eprintln!(
+                        errln!(
                             "flushpoint: MISMATCH in round {} (seed {}): {diff}; home kept at {}",
                             rep.rounds,
                             a.seed,
@@ -546,9 +554,10 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
             let _ = std::fs::remove_dir_all(&home);
         }
         if !a.json && !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-            eprintln!(
+            errln!(
                 "progress: round {} complete, {} kills so far",
-                rep.rounds, rep.kills
+                rep.rounds,
+                rep.kills
             );
         }
     }
@@ -557,12 +566,12 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
         let _ = std::fs::remove_dir_all(&work);
     }
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string(&rep).unwrap_or_else(|_| "{}".into())
         );
     } else {
-        println!(
+        outln!(
             "kills: {} over {} child runs in {} rounds — inside a flush point: {}, during recovery: {}, elsewhere: {}",
             rep.kills,
             rep.child_runs,
@@ -577,18 +586,21 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        println!(
+        outln!(
             "restarts by what the handshake found: {}",
             fmt(&rep.restarts_found_by_case)
         );
-        println!("repairs completed by case: {}", fmt(&rep.repairs_by_case));
-        println!("kills by marker: {}", fmt(&rep.kills_by_marker));
-        println!(
+        outln!("repairs completed by case: {}", fmt(&rep.repairs_by_case));
+        outln!("kills by marker: {}", fmt(&rep.kills_by_marker));
+        outln!(
             "completed runs compared with the reference: {}; mismatches: {}; failed runs: {}; {:.1} s",
-            rep.completed_runs_compared, rep.mismatches, rep.failures, rep.elapsed_s
+            rep.completed_runs_compared,
+            rep.mismatches,
+            rep.failures,
+            rep.elapsed_s
         );
         if rep.kills_in_recovery == 0 {
-            println!(
+            outln!(
                 "note: no kill landed during recovery in this run (try another --seed or more --kills)"
             );
         }

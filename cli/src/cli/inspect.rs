@@ -11,6 +11,7 @@ use clap::Args;
 use flushpoint::{BlockStore, Db, HandshakeCase, Home, classify};
 use serde::Serialize;
 
+use super::out::outln;
 use super::sync::{HeightsJson, durable_heights};
 use super::{CliResult, describe, human_bytes};
 
@@ -222,18 +223,21 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
         },
     };
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string(&report).unwrap_or_else(|_| "{}".into())
         );
         return Ok(());
     }
-    println!("home {} ({} engine)", report.home, report.engine);
-    println!(
+    outln!("home {} ({} engine)", report.home, report.engine);
+    outln!(
         "heights: block store {} (base {}), state {}, app {}",
-        heights.block_store, base, heights.state, heights.app
+        heights.block_store,
+        base,
+        heights.state,
+        heights.app
     );
-    println!(
+    outln!(
         "last flush record: {}",
         report.flush_record.map_or("none".to_string(), |r| format!(
             "{r} (blocks {}..={} written by one flush point)",
@@ -241,16 +245,16 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
             r.to
         ))
     );
-    println!("app hash: {}", report.app_hash);
+    outln!("app hash: {}", report.app_hash);
     match &report.journal {
-        None => println!(
+        None => outln!(
             "on disk: block store {}, state {}, app {}",
             human_bytes(report.disk_size_bytes["block_store"]),
             human_bytes(report.disk_size_bytes["state"]),
             human_bytes(report.disk_size_bytes["app"])
         ),
         Some(j) => {
-            println!(
+            outln!(
                 "on disk: journal {} (segments, index and runs, shared by the three databases); units applied through {}, checkpoint at {}; since opening: {} checkpoint(s), {} sync_data",
                 human_bytes(j.disk_size_bytes),
                 j.applied_seq,
@@ -259,7 +263,7 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
                 j.counts.journal_sync_data_calls + j.counts.index.sync_data_calls
             );
             let u = &j.usage;
-            println!(
+            outln!(
                 "  index {}, segments held for block parts {}, other segments {}, runs {}",
                 human_bytes(u.index_file_bytes),
                 human_bytes(u.held_segment_bytes),
@@ -267,7 +271,7 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
                 human_bytes(u.run_file_bytes)
             );
             for (name, k) in &u.keyspaces {
-                println!(
+                outln!(
                     "  {name}: {} entries, {} logical, index pages {}, {} values ({}) in the journal",
                     k.entries,
                     human_bytes(k.logical_bytes),
@@ -277,7 +281,7 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
                 );
             }
             if let Some(b) = &j.block_store {
-                println!(
+                outln!(
                     "  block store on disk: {} for {} logical ({:.2}×: index pages and held segments)",
                     human_bytes(b.disk_bytes),
                     human_bytes(b.logical_bytes),
@@ -287,7 +291,7 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
         }
     }
     let c = &report.classification;
-    println!(
+    outln!(
         "classification: {}{} — {}",
         c.verdict,
         c.case.map_or(String::new(), |k| format!(" ({k})")),

@@ -1,17 +1,22 @@
 //! Argument parsing, dispatch, and the mapping of errors to one-line messages and exit codes.
 //!
 //! Invariant: every failure prints exactly one line on stderr that says what to do, and
-//! exits 1 (2 for usage errors). No command writes to a home it could not lock.
+//! exits 1 (2 for usage errors). No command writes to a home it could not lock. A closed
+//! stdout or stderr never panics: the command stops cleanly and exits 141 (see `out`).
 
 mod crash;
 mod dbwrap;
 mod inspect;
+mod out;
 mod rollback;
 mod sync;
 
 use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand, ValueEnum};
+
+pub use out::EXIT_OUTPUT_CLOSED;
+use out::errln;
 
 /// The home used when neither `--home` nor `FLUSHPOINT_HOME` is given.
 pub const DEFAULT_HOME: &str = "./flushpoint-home";
@@ -23,9 +28,15 @@ pub const EXIT_USAGE: i32 = 2;
 /// Exit code for every other failure.
 pub const EXIT_FAILURE: i32 = 1;
 
+/// The exit codes, as `--help` shows them.
+const EXIT_CODES_HELP: &str = "Exit codes: 0 success; 1 failure (one line on stderr says what to do); \
+2 bad flags or usage (nothing written); 141 stdout or stderr was a closed pipe \
+(`flushpoint sync | head -1`): the command stopped there, a sync after stopping the node \
+cleanly, so the home is consistent and the next sync resumes it.";
+
 /// flushpoint: crash-safe persistence for BFT chain nodes.
 #[derive(Debug, Parser)]
-#[command(name = "flushpoint", version, about, long_about = None)]
+#[command(name = "flushpoint", version, about, long_about = None, after_help = EXIT_CODES_HELP)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -111,6 +122,13 @@ impl CliError {
         CliError {
             code: EXIT_USAGE,
             message: message.into(),
+        }
+    }
+    /// The command stopped because a write to stdout or stderr failed (see `out`).
+    pub fn output_cut() -> Self {
+        CliError {
+            code: EXIT_OUTPUT_CLOSED,
+            message: String::new(),
         }
     }
     /// Any other failure (exit 1).
@@ -240,7 +258,7 @@ pub fn run() -> i32 {
                 .lines()
                 .find(|l| !l.trim().is_empty())
                 .unwrap_or("bad arguments");
-            eprintln!("{first} (see `flushpoint --help`)");
+            errln!("{first} (see `flushpoint --help`)");
             return EXIT_USAGE;
         }
     };
@@ -250,10 +268,25 @@ pub fn run() -> i32 {
         Command::Inspect(a) => inspect::run(&a),
         Command::Rollback(a) => rollback::run(&a),
     };
-    match result {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("flushpoint: {}", e.message.replace('\n', " "));
+    match (result, out::failure()) {
+        // The command stopped on a failed write to stdout or stderr: a closed pipe exits
+        // quietly; another write error is said, if stderr still takes it.
+        (Ok(()), Some((code, message)))
+        | (
+            Err(CliError {
+                code: EXIT_OUTPUT_CLOSED,
+                ..
+            }),
+            Some((code, message)),
+        ) => {
+            if let Some(m) = message {
+                errln!("flushpoint: {m}");
+            }
+            code
+        }
+        (Ok(()), None) => 0,
+        (Err(e), _) => {
+            errln!("flushpoint: {}", e.message.replace('\n', " "));
             e.code
         }
     }

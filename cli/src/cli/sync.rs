@@ -21,6 +21,7 @@ use flushpoint::{
 use serde::Serialize;
 
 use super::dbwrap::{CliDb, CliUnitGroup, Phase, Probe, Which};
+use super::out::{errln, outln};
 use super::{CliError, CliResult, EngineArg, ProfileArg, describe, human_bytes, peak_rss_bytes};
 
 /// How plain progress lines are spaced when stderr is not a terminal.
@@ -450,7 +451,7 @@ impl Progress {
             b.set_message(format!("{phase}, {flushes} flush points"));
         } else if !self.quiet && self.last_line.elapsed() >= PLAIN_PROGRESS_INTERVAL {
             self.last_line = Instant::now();
-            eprintln!(
+            errln!(
                 "progress: height {height}/{target} ({phase}), {flushes} flush points, {:.1} s",
                 self.start.elapsed().as_secs_f64()
             );
@@ -510,6 +511,16 @@ fn journal_sync_data(home: &Home) -> u64 {
 fn journal_units_synced(home: &Home) -> u64 {
     home.journal()
         .map_or(0, |j| j.counts().journal_sync_data_calls)
+}
+
+/// Stops the node cleanly (held writes flushed, the home consistent) after a write to
+/// stdout or stderr failed, and ends the command with [`CliError::output_cut`].
+fn stop_on_cut(
+    node: Node<flushpoint::demo::DemoChain>,
+    err: impl Fn(flushpoint::Error) -> CliError,
+) -> CliResult<()> {
+    node.stop(Instant::now()).map_err(err)?;
+    Err(CliError::output_cut())
 }
 
 /// Runs `flushpoint sync`.
@@ -602,7 +613,7 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     let target_sync = spec.initial_height - 1 + a.blocks;
     let target = target_sync + a.consensus_blocks;
     if !a.json {
-        println!(
+        outln!(
             "flushpoint sync: home {} ({} engine), chain seed {}, profile {}, mode {}",
             home_path.display(),
             home.engine(),
@@ -610,13 +621,14 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
             a.profile.name(),
             a.mode.name()
         );
-        println!("{}", handshake_text(&report));
-        println!(
+        outln!("{}", handshake_text(&report));
+        outln!(
             "target: {} block-synced + {} consensus blocks = height {target}",
-            a.blocks, a.consensus_blocks
+            a.blocks,
+            a.consensus_blocks
         );
         if no_sync {
-            println!(
+            outln!(
                 "note: --mode no-sync syncs nothing; it measures the floor and is NOT crash-safe"
             );
         }
@@ -682,6 +694,9 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     // block itself.
     let mut upcoming: Option<Vec<bytes::Bytes>> = None;
     while node.height() < target_sync {
+        if super::out::cut() {
+            return stop_on_cut(node, err);
+        }
         let (b, parts, c) =
             next_block(&spec, &mut node, pool.is_some(), target, &mut upcoming).map_err(err)?;
         if per_block.is_some() {
@@ -714,6 +729,9 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
 
     // Part 2: consensus, up to N + M.
     while node.height() < target {
+        if super::out::cut() {
+            return stop_on_cut(node, err);
+        }
         let (b, parts, c) =
             next_block(&spec, &mut node, pool.is_some(), target, &mut upcoming).map_err(err)?;
         node.commit_block(&b, &parts, &c).map_err(err)?;
@@ -837,7 +855,7 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     if a.json {
         let line = serde_json::to_string(&summary)
             .map_err(|e| CliError::failure(format!("cannot render the summary: {e}")))?;
-        println!("{line}");
+        outln!("{line}");
     } else {
         print_human(&summary);
     }
@@ -845,7 +863,7 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
 }
 
 fn print_human(s: &SyncSummary) {
-    println!(
+    outln!(
         "done: {} blocks in {:.2} s — {:.0} blocks/s, {:.3} ms/block (block sync {} blocks at {:.0} blocks/s, consensus {} blocks)",
         s.blocks,
         s.elapsed_s,
@@ -855,13 +873,13 @@ fn print_human(s: &SyncSummary) {
         s.block_sync_blocks_per_s,
         s.consensus_blocks
     );
-    println!(
+    outln!(
         "fsyncs per block: block sync {:.4} synced batches, consensus {:.2}; real sync_data calls {:.4} per block overall",
         s.fsyncs_per_block.block_sync,
         s.fsyncs_per_block.consensus,
         s.fsyncs_per_block.sync_data_overall
     );
-    println!(
+    outln!(
         "flush points: {}; the block loop waited {:.2} s for them ({:.0}% of the run)",
         s.flush_points,
         s.flush_loop_wait_s,
@@ -872,7 +890,7 @@ fn print_human(s: &SyncSummary) {
         }
     );
     for f in &s.flush_timeline {
-        println!(
+        outln!(
             "  blocks {:>7}..={:<7} {:?} ({} flush point{}): {} in {:.2} s, loop waited {:.2} s (at {:.2} s)",
             f.from + 1,
             f.to,
@@ -885,15 +903,20 @@ fn print_human(s: &SyncSummary) {
             f.at_s
         );
     }
-    println!(
+    outln!(
         "bytes written: {}; peak held: {}; peak RSS: {}",
         human_bytes(s.bytes_written),
         human_bytes(s.peak_held_bytes),
         human_bytes(s.peak_rss_bytes)
     );
-    println!(
+    outln!(
         "  {:<12} {:>8} {:>9} {:>10} {:>14} {:>12}",
-        "database", "synced", "buffered", "sync_data", "bytes written", "on disk"
+        "database",
+        "synced",
+        "buffered",
+        "sync_data",
+        "bytes written",
+        "on disk"
     );
     let d3 = [
         ("block store", &s.databases.block_store),
@@ -901,7 +924,7 @@ fn print_human(s: &SyncSummary) {
         ("app", &s.databases.app),
     ];
     for (name, d) in d3 {
-        println!(
+        outln!(
             "  {:<12} {:>8} {:>9} {:>10} {:>14} {:>12}",
             name,
             d.synced_batches,
@@ -912,7 +935,7 @@ fn print_human(s: &SyncSummary) {
         );
     }
     if let Some(j) = &s.journal {
-        println!(
+        outln!(
             "  {:<12} {} units, {} sync_data on segments, {} checkpoints, {} on disk (the three databases share it)",
             "journal",
             j.counts.units_written,
@@ -921,13 +944,15 @@ fn print_human(s: &SyncSummary) {
             human_bytes(j.disk_size_bytes)
         );
     }
-    println!(
+    outln!(
         "heights: block store {}, state {}, app {}",
-        s.heights.block_store, s.heights.state, s.heights.app
+        s.heights.block_store,
+        s.heights.state,
+        s.heights.app
     );
-    println!("app hash: {}", s.app_hash);
+    outln!("app hash: {}", s.app_hash);
     if s.floor_only {
-        println!("note: no-sync run — a floor measurement, nothing here survives a power cut");
+        outln!("note: no-sync run — a floor measurement, nothing here survives a power cut");
     }
 }
 
