@@ -98,7 +98,7 @@ impl Rng {
 enum Trigger {
     /// At the nth marker starting with this text (counted from when the trigger is active),
     /// while the child waits at it.
-    Marker(&'static str, u32),
+    Marker(&'static str, u64),
     /// Never (let the run complete).
     Never,
 }
@@ -200,7 +200,7 @@ impl Runner<'_> {
         let rx = spawn_reader(&mut child);
         let mut lines: Vec<(Instant, String)> = Vec::new();
         let mut after_handshake = false;
-        let mut count = 0u32;
+        let mut count = 0u64;
         let mut killed_at = None;
         loop {
             match rx.recv_timeout(CHILD_SILENCE_MAX) {
@@ -350,6 +350,9 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
             "--blocks and --flush-every must be at least 1",
         ));
     }
+    // The children's run ends at N + M (the chain starts at height 1): refused here, before
+    // the work directory exists, rather than by every child.
+    super::sync::targets(1, a.blocks, a.consensus_blocks)?;
     let exe = std::env::current_exe()
         .map_err(|e| CliError::failure(format!("cannot find the flushpoint binary: {e}")))?;
     let work = a.work_dir.clone().unwrap_or_else(|| {
@@ -474,7 +477,7 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
                     let nth = if m == "handshake-begin" {
                         1
                     } else {
-                        1 + rng.below(2) as u32
+                        1 + rng.below(2)
                     };
                     Trigger::Marker(m, nth)
                 } else {
@@ -483,12 +486,12 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
                 let pick = rng.below(100);
                 let main = if pick < 70 {
                     let m = flush_markers[rng.below(flush_markers.len() as u64) as usize];
-                    Trigger::Marker(m, 1 + rng.below(expected_flushes.min(4)) as u32)
+                    Trigger::Marker(m, 1 + rng.below(expected_flushes.min(4)))
                 } else if pick < 90 || a.consensus_blocks == 0 {
                     // Between two block-synced blocks, held writes in memory.
-                    Trigger::Marker("block ", 1 + rng.below(2 * a.flush_every) as u32)
+                    Trigger::Marker("block ", 1 + rng.below(a.flush_every.saturating_mul(2)))
                 } else {
-                    Trigger::Marker("consensus-block", 1 + rng.below(a.consensus_blocks) as u32)
+                    Trigger::Marker("consensus-block", 1 + rng.below(a.consensus_blocks))
                 };
                 Plan { recovery, main }
             };

@@ -513,6 +513,23 @@ fn journal_units_synced(home: &Home) -> u64 {
         .map_or(0, |j| j.counts().journal_sync_data_calls)
 }
 
+/// The run's two targets: the last block-synced height (`initial_height - 1 + blocks`)
+/// and the last height (`+ consensus_blocks`). A sum past `u64::MAX` is a usage error, so a
+/// flag never wraps into a small height.
+pub fn targets(initial_height: u64, blocks: u64, consensus_blocks: u64) -> CliResult<(u64, u64)> {
+    let target_sync = initial_height
+        .checked_sub(1)
+        .and_then(|h| h.checked_add(blocks));
+    let target = target_sync.and_then(|t| t.checked_add(consensus_blocks));
+    match (target_sync, target) {
+        (Some(s), Some(t)) => Ok((s, t)),
+        _ => Err(CliError::usage(format!(
+            "--blocks {blocks} + --consensus-blocks {consensus_blocks} from initial height {initial_height} ends past the largest height ({}): use smaller counts",
+            u64::MAX
+        ))),
+    }
+}
+
 /// Stops the node cleanly (held writes flushed, the home consistent) after a write to
 /// stdout or stderr failed, and ends the command with [`CliError::output_cut`].
 fn stop_on_cut(
@@ -534,6 +551,8 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     if a.flush_every == Some(0) {
         return Err(CliError::usage("--flush-every must be at least 1"));
     }
+    let spec = ChainSpec::new(a.seed, a.profile.profile());
+    let (target_sync, target) = targets(spec.initial_height, a.blocks, a.consensus_blocks)?;
     let options = home_options(a)?;
     let err = |e: flushpoint::Error| describe(&e, &home_path);
     let probe = Probe::from_env();
@@ -550,7 +569,6 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
             .unwrap_or("inconsistent");
         p.mark(&format!("handshake-begin case={case}"));
     }
-    let spec = ChainSpec::new(a.seed, a.profile.profile());
     let no_sync = a.mode == ModeArg::NoSync;
 
     // The real syncs per database: redb's file counters; a journal's three keyspaces share
@@ -610,8 +628,6 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
         ));
     }
 
-    let target_sync = spec.initial_height - 1 + a.blocks;
-    let target = target_sync + a.consensus_blocks;
     if !a.json {
         outln!(
             "flushpoint sync: home {} ({} engine), chain seed {}, profile {}, mode {}",
@@ -990,6 +1006,29 @@ mod tests {
         // The flag's documented defaults are the engines' own.
         assert_eq!(defaults.journal.index_cache_bytes, 8 << 20);
         assert_eq!(defaults.redb.cache_bytes * 3, 192 << 20);
+    }
+
+    #[test]
+    fn targets_that_overflow_a_height_are_a_usage_error() {
+        assert_eq!(targets(1, 10, 2).expect("small"), (10, 12));
+        assert_eq!(targets(5, 10, 0).expect("initial height 5"), (14, 14));
+        assert_eq!(
+            targets(1, u64::MAX - 2, 2).expect("ends at u64::MAX"),
+            (u64::MAX - 2, u64::MAX)
+        );
+        for (initial, n, m) in [
+            (1, u64::MAX, 1),
+            (1, u64::MAX - 1, 2),
+            (2, u64::MAX, 0),
+            (1, 1, u64::MAX),
+            (0, 1, 1),
+        ] {
+            let Err(e) = targets(initial, n, m) else {
+                panic!("{initial} + {n} + {m} did not overflow");
+            };
+            assert_eq!(e.code, EXIT_USAGE, "{}", e.message);
+            assert!(e.message.contains("--blocks"), "{}", e.message);
+        }
     }
 
     #[test]
