@@ -176,11 +176,36 @@ fn kind_hint(kind: flushpoint::ErrorKind) -> Option<&'static str> {
     }
 }
 
-fn poison_hint(e: &flushpoint::Error) -> Option<&'static str> {
+/// The kind of `e`, or of the first failure for a poisoned database.
+fn root_kind(e: &flushpoint::Error) -> flushpoint::ErrorKind {
     match e {
-        flushpoint::Error::Poisoned { cause, .. } => kind_hint(cause.kind),
-        _ => kind_hint(e.kind()),
+        flushpoint::Error::Poisoned { cause, .. } => cause.kind,
+        _ => e.kind(),
     }
+}
+
+/// A redb home's database names and their files (as `flushpoint::Home` lays them out).
+const REDB_FILES: [(&str, &str); 3] = [
+    ("block store", "blockstore.redb"),
+    ("state", "state.redb"),
+    ("app", "app.redb"),
+];
+
+/// What to do about damaged bytes in database `db` of `home`: the handshake repairs the
+/// shapes a crash leaves, never damaged bytes, so rerunning does not help.
+fn damaged_hint(db: &str, home: &Path) -> String {
+    let part = REDB_FILES
+        .iter()
+        .find(|(name, _)| *name == db)
+        .map(|(_, file)| home.join(file))
+        .filter(|p| p.exists())
+        .map_or_else(
+            || format!("the home {}", home.display()),
+            |p| format!("the file {}", p.display()),
+        );
+    format!(
+        "{part} is damaged, and rerunning does not repair it: restore the home from a backup, or move it aside and sync a new one (`flushpoint sync --home NEW_DIR`)"
+    )
 }
 
 fn io_source_hint(e: &flushpoint::Error) -> Option<&'static str> {
@@ -221,8 +246,14 @@ pub fn describe(e: &flushpoint::Error, home: &Path) -> CliError {
             "{text}; run `flushpoint inspect --home {}` for details; restore the home from a backup or sync a new one",
             home.display()
         ),
+        E::Corrupt { db, .. } => format!("{text}: {}", damaged_hint(db, home)),
+        E::Poisoned { db, .. } | E::Storage { db, .. }
+            if root_kind(e) == flushpoint::ErrorKind::Corrupt =>
+        {
+            format!("{text}: {}", damaged_hint(db, home))
+        }
         E::Poisoned { .. } | E::Storage { .. } => {
-            match poison_hint(e).or_else(|| io_source_hint(e)) {
+            match kind_hint(root_kind(e)).or_else(|| io_source_hint(e)) {
                 Some(h) => format!("{text}: {h}"),
                 None => format!(
                     "{text}; rerun the command: the start-up handshake checks and repairs the home"
