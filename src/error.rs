@@ -142,11 +142,10 @@ pub enum Error {
         #[source]
         cause: PoisonCause,
     },
-    /// A stored record failed to decode.
-    #[error(
-        "database {db}: corrupt record at key {} (height {height:?}): {reason}",
-        hex(key)
-    )]
+    /// A stored record failed to decode. Shown as "database D: corrupt record at height H,
+    /// key K: reason", the height only when known and the key only when not empty: as
+    /// quoted text when it is printable ASCII (a file name, a meta key), else as `0x` hex.
+    #[error("database {db}: corrupt record{}: {reason}", record_place(key, *height))]
     Corrupt {
         /// The database involved.
         db: String,
@@ -602,6 +601,25 @@ fn redb_file_damaged(e: &(dyn std::error::Error + 'static)) -> bool {
         cur = e.source();
     }
     false
+}
+
+/// Where a corrupt record is, for [`Error::Corrupt`]'s message: " at height H, key K",
+/// either part left out when unknown (`None`, an empty key).
+fn record_place(key: &[u8], height: Option<u64>) -> String {
+    let key = if key.is_empty() {
+        None
+    } else if key.iter().all(|b| (0x20..=0x7e).contains(b)) {
+        // Printable ASCII: valid UTF-8, shown quoted (and `"`, `\` escaped).
+        Some(format!("{:?}", String::from_utf8_lossy(key)))
+    } else {
+        Some(format!("0x{}", hex(key)))
+    };
+    match (height, key) {
+        (Some(h), Some(k)) => format!(" at height {h}, key {k}"),
+        (Some(h), None) => format!(" at height {h}"),
+        (None, Some(k)) => format!(" at key {k}"),
+        (None, None) => String::new(),
+    }
 }
 
 /// Result with the crate's error.
