@@ -20,7 +20,7 @@ use flushpoint::{
 };
 use serde::Serialize;
 
-use super::dbwrap::{CliDb, CliUnitGroup, Phase, Probe, Which};
+use super::dbwrap::{CliDb, CliUnitGroup, Phase, Probe, UnitCounters, Which};
 use super::out::{errln, outln};
 use super::{CliError, CliResult, EngineArg, ProfileArg, describe, human_bytes, peak_rss_bytes};
 
@@ -168,23 +168,35 @@ pub enum PrefetchArg {
     Off,
 }
 
-/// Counters of one database.
+/// Counters of one database: its batches (its `CountingDb`) and, on a journal home, its
+/// parts of the units the node wrote through the unit group.
 struct Meter {
     sync: Arc<SyncCounters>,
     backend: Arc<BackendCounters>,
+    units: Option<Arc<UnitCounters>>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Snap {
+    /// Batches, and bytes of batches and unit parts together.
     counts: SyncCounts,
     sync_data: u64,
+    units: u64,
 }
 
 impl Meter {
     fn snap(&self) -> Snap {
+        let mut counts = self.sync.snapshot();
+        let (mut units, mut unit_bytes) = (0, 0);
+        if let Some(u) = &self.units {
+            units = u.units();
+            unit_bytes = u.bytes_written();
+        }
+        counts.bytes_written += unit_bytes;
         Snap {
-            counts: self.sync.snapshot(),
+            counts,
             sync_data: self.backend.snapshot().sync_data_calls,
+            units,
         }
     }
 }
@@ -204,9 +216,13 @@ pub struct DbSummary {
     pub synced_batches: u64,
     /// Batches written `Buffered`.
     pub buffered_batches: u64,
+    /// Units it had a part in (a journal home: a flush point or a consensus block writes
+    /// the three databases as one unit, one sync, ADR 0011; not counted in the batches). 0
+    /// on redb.
+    pub units: u64,
     /// Real `sync_data` calls redb made on the file.
     pub sync_data_calls: u64,
-    /// Key and value bytes written.
+    /// Key and value bytes written, in batches and unit parts.
     pub bytes_written: u64,
     /// The file's size on disk at the end.
     pub disk_size_bytes: u64,
@@ -465,13 +481,6 @@ impl Progress {
     }
 }
 
-fn meter(db: &CountingDb<Arc<dyn Db>>, backend: Arc<BackendCounters>) -> Meter {
-    Meter {
-        sync: db.counters(),
-        backend,
-    }
-}
-
 /// The node's next block. With `prefetch`, block N+1 (below `target`) goes to the node
 /// first, so its reads start while block N executes; its transactions are kept in
 /// `upcoming` and reused for it, so each block's transactions are built once.
@@ -587,7 +596,14 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     let wrap = |db: Arc<dyn Db>, backend: Arc<BackendCounters>, which: Which| {
         let member = db.unit_group();
         let counting = Arc::new(CountingDb::new(db));
-        let m = meter(&counting, backend);
+        let m = Meter {
+            sync: counting.counters(),
+            backend,
+            units: member
+                .as_ref()
+                .zip(unit_group.as_ref())
+                .map(|(member, group)| group.counters(&member.name)),
+        };
         let mut cli = CliDb::new(counting as Arc<dyn Db>, which, no_sync, probe.clone());
         if let (Some(group), Some(member)) = (&unit_group, member) {
             cli = cli.in_group(group.clone(), member.name);
@@ -795,6 +811,7 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
         dbs.push(DbSummary {
             synced_batches: d.synced_batches,
             buffered_batches: d.buffered_batches,
+            units: s3[i].units - s0[i].units,
             sync_data_calls: sd,
             bytes_written: d.bytes_written,
             disk_size_bytes: disk,
@@ -926,10 +943,11 @@ fn print_human(s: &SyncSummary) {
         human_bytes(s.peak_rss_bytes)
     );
     outln!(
-        "  {:<12} {:>8} {:>9} {:>10} {:>14} {:>12}",
+        "  {:<12} {:>8} {:>9} {:>7} {:>10} {:>14} {:>12}",
         "database",
         "synced",
         "buffered",
+        "units",
         "sync_data",
         "bytes written",
         "on disk"
@@ -941,10 +959,11 @@ fn print_human(s: &SyncSummary) {
     ];
     for (name, d) in d3 {
         outln!(
-            "  {:<12} {:>8} {:>9} {:>10} {:>14} {:>12}",
+            "  {:<12} {:>8} {:>9} {:>7} {:>10} {:>14} {:>12}",
             name,
             d.synced_batches,
             d.buffered_batches,
+            d.units,
             d.sync_data_calls,
             human_bytes(d.bytes_written),
             human_bytes(d.disk_size_bytes)
