@@ -10,6 +10,7 @@ mod inspect;
 mod out;
 mod rollback;
 mod sync;
+mod sync_summary;
 
 use std::path::{Path, PathBuf};
 
