@@ -6,9 +6,10 @@
 //! consistent), then the tool exits [`EXIT_OUTPUT_CLOSED`] for a closed pipe, 1 for any
 //! other write error.
 //!
-//! Invariant: nothing in the tool writes to stdout or stderr except through this module
-//! (and the crash-test markers, which ignore their write errors on purpose: the parent
-//! that reads them may be gone).
+//! Invariant: nothing in the tool writes to stdout or stderr except through this module,
+//! but for three writers that ignore their errors: the crash-test markers (the parent that
+//! reads them may be gone), clap's `--help` and `--version`, and the progress bar
+//! (indicatif, on a terminal only).
 
 use std::fmt;
 use std::io::Write;
