@@ -142,11 +142,10 @@ pub enum Error {
         #[source]
         cause: PoisonCause,
     },
-    /// A stored record failed to decode.
-    #[error(
-        "database {db}: corrupt record at key {} (height {height:?}): {reason}",
-        hex(key)
-    )]
+    /// A stored record failed to decode. Shown as "database D: corrupt record at height H,
+    /// key K: reason", the height only when known and the key only when not empty: as
+    /// quoted text when it is printable ASCII (a file name, a meta key), else as `0x` hex.
+    #[error("database {db}: corrupt record{}: {reason}", record_place(key, *height))]
     Corrupt {
         /// The database involved.
         db: String,
@@ -487,7 +486,8 @@ pub enum RollbackRefusal {
 impl Error {
     /// Builds a storage error that keeps `err` as its source (for [`crate::Db`]
     /// implementations outside the crate too: its [`Error::kind`] is `DiskFull` when an
-    /// `ENOSPC`/`EDQUOT` I/O error is in the chain, `Io` otherwise).
+    /// `ENOSPC`/`EDQUOT` I/O error is in the chain, `Corrupt` when redb found the file's
+    /// bytes damaged, `Io` otherwise).
     pub fn storage(db: &str, op: &'static str, err: impl Into<BoxError>) -> Self {
         let source: BoxError = err.into();
         Error::Storage {
@@ -524,6 +524,8 @@ impl Error {
                     ErrorKind::Locked
                 } else if io.is_some_and(is_disk_full) {
                     ErrorKind::DiskFull
+                } else if source.as_deref().is_some_and(|e| redb_file_damaged(e)) {
+                    ErrorKind::Corrupt
                 } else {
                     ErrorKind::Io
                 }
@@ -618,6 +620,66 @@ fn io_error_in<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::
         cur = e.source();
     }
     None
+}
+
+/// True when `e`'s source chain holds redb's verdict on the file's bytes: `Corrupted`, or
+/// the `InvalidData` I/O error redb reports for a file that is not a redb database (magic
+/// number mismatch; an OS error, with its errno, is the device's failure, not the file's).
+fn redb_file_damaged(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(e) = cur {
+        let storage = e
+            .downcast_ref::<redb::StorageError>()
+            .or_else(|| match e.downcast_ref::<redb::CommitError>() {
+                Some(redb::CommitError::Storage(s)) => Some(s),
+                _ => None,
+            })
+            .or_else(|| match e.downcast_ref::<redb::TransactionError>() {
+                Some(redb::TransactionError::Storage(s)) => Some(s),
+                _ => None,
+            })
+            .or_else(|| match e.downcast_ref::<redb::TableError>() {
+                Some(redb::TableError::Storage(s)) => Some(s),
+                _ => None,
+            })
+            .or_else(|| match e.downcast_ref::<redb::DatabaseError>() {
+                Some(redb::DatabaseError::Storage(s)) => Some(s),
+                _ => None,
+            });
+        match storage {
+            Some(redb::StorageError::Corrupted(_)) => return true,
+            Some(redb::StorageError::Io(io)) => {
+                return io.kind() == std::io::ErrorKind::InvalidData && io.raw_os_error().is_none();
+            }
+            _ => {}
+        }
+        if e.downcast_ref::<redb::Error>()
+            .is_some_and(|r| matches!(r, redb::Error::Corrupted(_)))
+        {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+/// Where a corrupt record is, for [`Error::Corrupt`]'s message: " at height H, key K",
+/// either part left out when unknown (`None`, an empty key).
+fn record_place(key: &[u8], height: Option<u64>) -> String {
+    let key = if key.is_empty() {
+        None
+    } else if key.iter().all(|b| (0x20..=0x7e).contains(b)) {
+        // Printable ASCII: valid UTF-8, shown quoted (and `"`, `\` escaped).
+        Some(format!("{:?}", String::from_utf8_lossy(key)))
+    } else {
+        Some(format!("0x{}", hex(key)))
+    };
+    match (height, key) {
+        (Some(h), Some(k)) => format!(" at height {h}, key {k}"),
+        (Some(h), None) => format!(" at height {h}"),
+        (None, Some(k)) => format!(" at key {k}"),
+        (None, None) => String::new(),
+    }
 }
 
 /// Result with the crate's error.

@@ -2,7 +2,8 @@
 //! `crash-test` it with SIGKILL, `inspect` a home and `rollback` one.
 //!
 //! Exit codes: 0 success, 1 failure (a one-line message on stderr says what to do), 2 bad
-//! flags or usage.
+//! flags or usage, 141 a closed stdout or stderr (the command stopped cleanly; see
+//! `cli::out`).
 
 mod allocator;
 mod cli;

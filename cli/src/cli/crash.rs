@@ -30,6 +30,7 @@ use clap::Args;
 use serde::Serialize;
 
 use super::dbwrap::{CRASH_TEST_ENV, MARKER, MARKER_GATE_ENV};
+use super::out::{errln, outln};
 use super::{CliError, CliResult, EngineArg, HOME_ENV, ProfileArg};
 
 /// A child that prints nothing for this long is hung: it is killed and the test fails (a
@@ -69,8 +70,10 @@ pub struct CrashArgs {
     /// Directory for the test homes [default: a new directory under the system temp dir].
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
-    /// Copy the home left by the first kill inside a flush point here (for `inspect`).
-    #[arg(long)]
+    /// Copy the home left by the first kill inside a flush point here (for `inspect`): a
+    /// new directory, or an existing empty one. A directory with anything in it (a home
+    /// above all) is refused before the test starts, and nothing in it is touched.
+    #[arg(long, value_name = "DIR")]
     pub save_flush_kill_home: Option<PathBuf>,
 }
 
@@ -97,7 +100,7 @@ impl Rng {
 enum Trigger {
     /// At the nth marker starting with this text (counted from when the trigger is active),
     /// while the child waits at it.
-    Marker(&'static str, u32),
+    Marker(&'static str, u64),
     /// Never (let the run complete).
     Never,
 }
@@ -199,7 +202,7 @@ impl Runner<'_> {
         let rx = spawn_reader(&mut child);
         let mut lines: Vec<(Instant, String)> = Vec::new();
         let mut after_handshake = false;
-        let mut count = 0u32;
+        let mut count = 0u64;
         let mut killed_at = None;
         loop {
             match rx.recv_timeout(CHILD_SILENCE_MAX) {
@@ -349,8 +352,9 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
             "--blocks and --flush-every must be at least 1",
         ));
     }
-    let exe = std::env::current_exe()
-        .map_err(|e| CliError::failure(format!("cannot find the flushpoint binary: {e}")))?;
+    // The children's run ends at N + M (the chain starts at height 1): refused here, before
+    // the work directory exists, rather than by every child.
+    super::sync::targets(1, a.blocks, a.consensus_blocks)?;
     let work = a.work_dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!(
             "flushpoint-crash-test-{}-{}",
@@ -358,6 +362,12 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
             a.seed
         ))
     });
+    let mut save_dir = match &a.save_flush_kill_home {
+        Some(dst) => Some(SaveDir::claim(dst, &work)?),
+        None => None,
+    };
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::failure(format!("cannot find the flushpoint binary: {e}")))?;
     std::fs::create_dir_all(&work).map_err(|e| {
         CliError::failure(format!(
             "cannot create work directory {}: {e}; pass a writable --work-dir",
@@ -390,7 +400,7 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
     let _ = std::fs::remove_dir_all(&ref_home);
     let run_time = r.run_time.unwrap_or_default();
     if !a.json {
-        println!(
+        outln!(
             "crash-test: seed {}, chain of {} block-synced + {} consensus blocks (profile {}, {} engine, a flush point every {} blocks), {} kills",
             a.seed,
             a.blocks,
@@ -400,7 +410,7 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
             a.flush_every,
             a.kills
         );
-        println!(
+        outln!(
             "reference (uncut): heights {}, app hash {}, {:.0} ms",
             reference["heights"],
             reference["app_hash"].as_str().unwrap_or("?"),
@@ -441,8 +451,14 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
     ];
     let recovery_markers = ["handshake-begin", "repair-write-begin", "repair-write-done"];
     let expected_flushes = (a.blocks / a.flush_every).max(1);
-    let mut saved_flush_home = false;
     while rep.kills < a.kills {
+        if super::out::cut() {
+            // No child runs between two rounds: stop here, the work directory cleaned up.
+            if a.work_dir.is_none() {
+                let _ = std::fs::remove_dir_all(&work);
+            }
+            return Err(CliError::output_cut());
+        }
         rep.rounds += 1;
         let home = work.join(format!("round-{}", rep.rounds));
         let _ = std::fs::remove_dir_all(&home);
@@ -466,7 +482,7 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
                     let nth = if m == "handshake-begin" {
                         1
                     } else {
-                        1 + rng.below(2) as u32
+                        1 + rng.below(2)
                     };
                     Trigger::Marker(m, nth)
                 } else {
@@ -475,12 +491,12 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
                 let pick = rng.below(100);
                 let main = if pick < 70 {
                     let m = flush_markers[rng.below(flush_markers.len() as u64) as usize];
-                    Trigger::Marker(m, 1 + rng.below(expected_flushes.min(4)) as u32)
+                    Trigger::Marker(m, 1 + rng.below(expected_flushes.min(4)))
                 } else if pick < 90 || a.consensus_blocks == 0 {
                     // Between two block-synced blocks, held writes in memory.
-                    Trigger::Marker("block ", 1 + rng.below(2 * a.flush_every) as u32)
+                    Trigger::Marker("block ", 1 + rng.below(a.flush_every.saturating_mul(2)))
                 } else {
-                    Trigger::Marker("consensus-block", 1 + rng.below(a.consensus_blocks) as u32)
+                    Trigger::Marker("consensus-block", 1 + rng.below(a.consensus_blocks))
                 };
                 Plan { recovery, main }
             };
@@ -501,14 +517,8 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
                 }
                 if o.in_flush {
                     rep.kills_in_flush += 1;
-                    if !saved_flush_home && let Some(dst) = &a.save_flush_kill_home {
-                        copy_home(&home, dst).map_err(|e| {
-                            CliError::failure(format!(
-                                "cannot copy the home to {}: {e}",
-                                dst.display()
-                            ))
-                        })?;
-                        saved_flush_home = true;
+                    if let Some(dst) = save_dir.as_mut().filter(|d| !d.saved) {
+                        dst.save(&home)?;
                     }
                 } else if o.in_recovery {
                     rep.kills_in_recovery += 1;
@@ -522,7 +532,7 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
             if !o.exit_ok {
                 rep.failures += 1;
                 let e = fail_child(&format!("round {}: a child run failed", rep.rounds));
-                eprintln!("flushpoint: {}", e.message);
+                errln!("flushpoint: {}", e.message);
                 break;
             }
             match o.json {
@@ -530,7 +540,7 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
                     rep.completed_runs_compared += 1;
                     if let Some(diff) = compare(&reference, &j) {
                         rep.mismatches += 1;
-                        eprintln!(
+                        errln!(
                             "flushpoint: MISMATCH in round {} (seed {}): {diff}; home kept at {}",
                             rep.rounds,
                             a.seed,
@@ -546,9 +556,10 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
             let _ = std::fs::remove_dir_all(&home);
         }
         if !a.json && !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-            eprintln!(
+            errln!(
                 "progress: round {} complete, {} kills so far",
-                rep.rounds, rep.kills
+                rep.rounds,
+                rep.kills
             );
         }
     }
@@ -557,12 +568,12 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
         let _ = std::fs::remove_dir_all(&work);
     }
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string(&rep).unwrap_or_else(|_| "{}".into())
         );
     } else {
-        println!(
+        outln!(
             "kills: {} over {} child runs in {} rounds — inside a flush point: {}, during recovery: {}, elsewhere: {}",
             rep.kills,
             rep.child_runs,
@@ -577,18 +588,21 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        println!(
+        outln!(
             "restarts by what the handshake found: {}",
             fmt(&rep.restarts_found_by_case)
         );
-        println!("repairs completed by case: {}", fmt(&rep.repairs_by_case));
-        println!("kills by marker: {}", fmt(&rep.kills_by_marker));
-        println!(
+        outln!("repairs completed by case: {}", fmt(&rep.repairs_by_case));
+        outln!("kills by marker: {}", fmt(&rep.kills_by_marker));
+        outln!(
             "completed runs compared with the reference: {}; mismatches: {}; failed runs: {}; {:.1} s",
-            rep.completed_runs_compared, rep.mismatches, rep.failures, rep.elapsed_s
+            rep.completed_runs_compared,
+            rep.mismatches,
+            rep.failures,
+            rep.elapsed_s
         );
         if rep.kills_in_recovery == 0 {
-            println!(
+            outln!(
                 "note: no kill landed during recovery in this run (try another --seed or more --kills)"
             );
         }
@@ -602,13 +616,132 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
     Ok(())
 }
 
-/// Copies a home's files, and its subdirectories' (a journal home's `journal/`).
+/// The home's lock file (the library's `LOCK`: an exclusive `flock` while a home is open).
+const LOCK_FILE: &str = "LOCK";
+/// The file naming a directory a flushpoint home.
+const FORMAT_FILE: &str = "FORMAT";
+
+/// The `--save-flush-kill-home` directory, claimed for this run: new or empty, and locked
+/// with its own `LOCK` (the home's protocol) from the start, so no `flushpoint` opens it
+/// while the copy is written.
+struct SaveDir {
+    path: PathBuf,
+    /// Holds the flock on `path/LOCK` for the run.
+    _lock: std::fs::File,
+    /// The run created `path` (removed again if nothing was saved in it).
+    created: bool,
+    /// The home has been copied in.
+    saved: bool,
+}
+
+impl SaveDir {
+    /// Claims `dst`, refusing (usage error, nothing written) an existing non-directory, a
+    /// flushpoint home, a locked directory, a non-empty one, and one that holds or lies
+    /// in the work directory `work`.
+    fn claim(dst: &Path, work: &Path) -> CliResult<SaveDir> {
+        let shown = dst.display();
+        let refuse = |why: String| {
+            CliError::usage(format!(
+                "--save-flush-kill-home {shown}: {why}; name a new or empty directory"
+            ))
+        };
+        let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        let (dst_abs, work_abs) = (abs(dst), abs(work));
+        if dst_abs.starts_with(&work_abs) || work_abs.starts_with(&dst_abs) {
+            return Err(refuse(format!(
+                "overlaps the work directory {}",
+                work.display()
+            )));
+        }
+        let created = match std::fs::symlink_metadata(dst) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(dst).map_err(|e| {
+                    CliError::failure(format!("cannot create {shown}: {e}; pick a writable DIR"))
+                })?;
+                true
+            }
+            Err(e) => return Err(refuse(format!("cannot read it: {e}"))),
+            Ok(m) if !m.is_dir() => return Err(refuse("exists and is not a directory".into())),
+            Ok(_) => {
+                if dst.join(FORMAT_FILE).exists() {
+                    return Err(refuse(
+                        "is a flushpoint home (it has a FORMAT file); it is left as it is".into(),
+                    ));
+                }
+                if is_locked(&dst.join(LOCK_FILE)) {
+                    return Err(refuse("is locked: a `flushpoint` is using it".into()));
+                }
+                let mut entries =
+                    std::fs::read_dir(dst).map_err(|e| refuse(format!("cannot read it: {e}")))?;
+                if entries.next().is_some() {
+                    return Err(refuse("exists and is not empty".into()));
+                }
+                false
+            }
+        };
+        let lock = std::fs::OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .open(dst.join(LOCK_FILE))
+            .map_err(|e| refuse(format!("cannot create its LOCK: {e}")))?;
+        if lock.try_lock().is_err() {
+            // Another process created and locked it between the check and here.
+            return Err(refuse("is locked: a `flushpoint` is using it".into()));
+        }
+        Ok(SaveDir {
+            path: dst.to_path_buf(),
+            _lock: lock,
+            created,
+            saved: false,
+        })
+    }
+
+    /// Copies `home` (killed, not open) in, but for its `LOCK`: this one's stays held.
+    fn save(&mut self, home: &Path) -> CliResult<()> {
+        copy_home(home, &self.path).map_err(|e| {
+            CliError::failure(format!(
+                "cannot copy the home to {}: {e}",
+                self.path.display()
+            ))
+        })?;
+        self.saved = true;
+        Ok(())
+    }
+}
+
+impl Drop for SaveDir {
+    /// A directory nothing was saved in is left as it was found (or not left at all).
+    fn drop(&mut self) {
+        if !self.saved {
+            if self.created {
+                let _ = std::fs::remove_dir_all(&self.path);
+            } else {
+                let _ = std::fs::remove_file(self.path.join(LOCK_FILE));
+            }
+        }
+    }
+}
+
+/// Whether `lock` exists and another open file description holds its `flock` (probed with
+/// a shared, non-blocking lock, released at once).
+fn is_locked(lock: &Path) -> bool {
+    match std::fs::File::open(lock) {
+        Ok(f) => matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)),
+        Err(_) => false,
+    }
+}
+
+/// Copies a home's files, and its subdirectories' (a journal home's `journal/`), but not
+/// its top-level `LOCK` (the destination holds its own).
 fn copy_home(src: &Path, dst: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dst)?;
     for e in std::fs::read_dir(src)? {
         let e = e?;
         let t = e.file_type()?;
         if t.is_file() {
+            if e.file_name() == LOCK_FILE && dst.join(LOCK_FILE).exists() {
+                continue;
+            }
             std::fs::copy(e.path(), dst.join(e.file_name()))?;
         } else if t.is_dir() {
             copy_home(&e.path(), &dst.join(e.file_name()))?;

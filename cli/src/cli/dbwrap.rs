@@ -11,9 +11,10 @@
 //! so the kill lands exactly at that marker, whatever the machine's speed. EOF on stdin
 //! lifts the gate. It is a test knob, read only with the crash-test variable set.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use flushpoint::{
@@ -169,11 +170,32 @@ impl CliDb {
 /// unit is announced with the markers of the three steps it replaces — the block store's
 /// around the one write (a kill at `flush-write-begin block-store` lands before the unit,
 /// every later one after it) — so `crash-test` times its kills on either engine.
+/// It also counts each member's parts and bytes ([`UnitCounters`]): a unit reaches the
+/// journal past the databases' own counting wrappers.
 #[derive(Debug)]
 pub struct CliUnitGroup {
     inner: Arc<dyn UnitGroup>,
     downgrade_sync: bool,
     probe: Option<Arc<Probe>>,
+    counters: Mutex<BTreeMap<String, Arc<UnitCounters>>>,
+}
+
+/// One member's share of the units written through a [`CliUnitGroup`] that returned `Ok`.
+#[derive(Debug, Default)]
+pub struct UnitCounters {
+    units: AtomicU64,
+    bytes_written: AtomicU64,
+}
+
+impl UnitCounters {
+    /// Units the member had a part in.
+    pub fn units(&self) -> u64 {
+        self.units.load(Ordering::SeqCst)
+    }
+    /// Key and value bytes of its parts.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written.load(Ordering::SeqCst)
+    }
 }
 
 impl CliUnitGroup {
@@ -183,7 +205,48 @@ impl CliUnitGroup {
             inner,
             downgrade_sync,
             probe,
+            counters: Mutex::default(),
         }
+    }
+
+    /// The counters of member `name` (the same ones on every call).
+    pub fn counters(&self, name: &str) -> Arc<UnitCounters> {
+        let mut all = self
+            .counters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        all.entry(name.to_string()).or_default().clone()
+    }
+
+    /// Writes the unit through the journal's group, counting each part's entries.
+    fn write_counted(&self, parts: &mut [UnitPart<'_, '_>], d: Durability) -> Result<()> {
+        let names: Vec<String> = parts.iter().map(|(name, _)| name.to_string()).collect();
+        let mut bytes = vec![0u64; parts.len()];
+        let res = {
+            let mut counted: Vec<_> = parts
+                .iter_mut()
+                .zip(bytes.iter_mut())
+                .map(|((name, entries), b)| {
+                    let entries = (&mut **entries).inspect(move |(k, v)| {
+                        *b += (k.len() + v.map_or(0, |v| v.len())) as u64;
+                    });
+                    (*name, entries)
+                })
+                .collect();
+            let mut wrapped: Vec<UnitPart<'_, '_>> = counted
+                .iter_mut()
+                .map(|(name, entries)| (*name, entries as &mut dyn Iterator<Item = EntryRef<'_>>))
+                .collect();
+            self.inner.write_unit(&mut wrapped, d)
+        };
+        if res.is_ok() {
+            for (name, b) in names.iter().zip(bytes) {
+                let c = self.counters(name);
+                c.units.fetch_add(1, Ordering::SeqCst);
+                c.bytes_written.fetch_add(b, Ordering::SeqCst);
+            }
+        }
+        res
     }
 }
 
@@ -196,12 +259,12 @@ impl UnitGroup for CliUnitGroup {
         };
         let probe = match (&self.probe, durability) {
             (Some(p), Durability::Synced) if p.phase() == Phase::BlockSync => p,
-            _ => return self.inner.write_unit(parts, d),
+            _ => return self.write_counted(parts, d),
         };
         let n = probe.flushes.fetch_add(1, Ordering::SeqCst) + 1;
         probe.mark(&format!("flush-begin n={n}"));
         probe.mark("flush-write-begin block-store");
-        self.inner.write_unit(parts, d)?;
+        self.write_counted(parts, d)?;
         probe.mark("flush-write-done block-store");
         for what in ["state", "app"] {
             probe.mark(&format!("flush-write-begin {what}"));

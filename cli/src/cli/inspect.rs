@@ -11,6 +11,7 @@ use clap::Args;
 use flushpoint::{BlockStore, Db, HandshakeCase, Home, classify};
 use serde::Serialize;
 
+use super::out::outln;
 use super::sync::{HeightsJson, durable_heights};
 use super::{CliResult, describe, human_bytes};
 
@@ -38,10 +39,12 @@ pub struct JournalInspect {
     pub counts: flushpoint::JournalCounts,
     /// What the journal's files and each keyspace occupy (`JournalEngine::usage`).
     pub usage: flushpoint::JournalUsage,
-    /// The block store's share of the disk: its index pages plus the segments held for
-    /// its parts (only the block store keeps values in the journal), beside its logical
-    /// bytes. Segments at or past the checkpoint hold every keyspace's units and are not
-    /// counted in it.
+    /// The block store's share of the disk: its index pages plus its share of the held
+    /// segments, beside its logical bytes. Held segments keep the block store's parts and
+    /// the app's large values (ADR 0013, 0016): the block store is charged the fraction of
+    /// their bytes its values in the journal make up of all keyspaces' (an estimate: the
+    /// engine counts held bytes per segment, not per keyspace). Segments at or past the
+    /// checkpoint hold every keyspace's units and are not counted in it.
     pub block_store: Option<BlockStoreDisk>,
 }
 
@@ -50,7 +53,7 @@ pub struct JournalInspect {
 pub struct BlockStoreDisk {
     /// Its keys' and values' bytes as written.
     pub logical_bytes: u64,
-    /// Its index pages plus the held segments' allocated bytes.
+    /// Its index pages plus its share of the held segments' allocated bytes.
     pub disk_bytes: u64,
     /// `disk_bytes / logical_bytes`.
     pub disk_per_logical: f64,
@@ -152,6 +155,22 @@ pub fn classification(o: &flushpoint::Observed, has_state: bool) -> Classificati
     }
 }
 
+/// The part of `usage`'s held segment bytes that keyspace `k`'s values in the journal
+/// make up of all keyspaces' (0 when no keyspace keeps values there).
+fn held_share(usage: &flushpoint::JournalUsage, k: &flushpoint::KeyspaceUsage) -> u64 {
+    let all: u128 = usage
+        .keyspaces
+        .values()
+        .map(|u| u128::from(u.values_in_journal_bytes))
+        .sum();
+    if all == 0 {
+        return 0;
+    }
+    let share = u128::from(usage.held_segment_bytes) * u128::from(k.values_in_journal_bytes) / all;
+    // At most `held_segment_bytes`: this keyspace's bytes are part of `all`.
+    u64::try_from(share).unwrap_or(usage.held_segment_bytes)
+}
+
 /// Runs `flushpoint inspect`.
 pub fn run(a: &InspectArgs) -> CliResult<()> {
     let home_path = super::resolve_home(a.home.as_deref());
@@ -182,7 +201,7 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
                 .get(home.block_store_db.name())
                 .filter(|k| k.logical_bytes > 0)
                 .map(|k| {
-                    let disk_bytes = k.index_bytes + usage.held_segment_bytes;
+                    let disk_bytes = k.index_bytes + held_share(&usage, k);
                     BlockStoreDisk {
                         logical_bytes: k.logical_bytes,
                         disk_bytes,
@@ -222,18 +241,21 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
         },
     };
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string(&report).unwrap_or_else(|_| "{}".into())
         );
         return Ok(());
     }
-    println!("home {} ({} engine)", report.home, report.engine);
-    println!(
+    outln!("home {} ({} engine)", report.home, report.engine);
+    outln!(
         "heights: block store {} (base {}), state {}, app {}",
-        heights.block_store, base, heights.state, heights.app
+        heights.block_store,
+        base,
+        heights.state,
+        heights.app
     );
-    println!(
+    outln!(
         "last flush record: {}",
         report.flush_record.map_or("none".to_string(), |r| format!(
             "{r} (blocks {}..={} written by one flush point)",
@@ -241,16 +263,16 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
             r.to
         ))
     );
-    println!("app hash: {}", report.app_hash);
+    outln!("app hash: {}", report.app_hash);
     match &report.journal {
-        None => println!(
+        None => outln!(
             "on disk: block store {}, state {}, app {}",
             human_bytes(report.disk_size_bytes["block_store"]),
             human_bytes(report.disk_size_bytes["state"]),
             human_bytes(report.disk_size_bytes["app"])
         ),
         Some(j) => {
-            println!(
+            outln!(
                 "on disk: journal {} (segments, index and runs, shared by the three databases); units applied through {}, checkpoint at {}; since opening: {} checkpoint(s), {} sync_data",
                 human_bytes(j.disk_size_bytes),
                 j.applied_seq,
@@ -259,15 +281,15 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
                 j.counts.journal_sync_data_calls + j.counts.index.sync_data_calls
             );
             let u = &j.usage;
-            println!(
-                "  index {}, segments held for block parts {}, other segments {}, runs {}",
+            outln!(
+                "  index {}, segments held for values (block parts, large app values) {}, other segments {}, runs {}",
                 human_bytes(u.index_file_bytes),
                 human_bytes(u.held_segment_bytes),
                 human_bytes(u.other_segment_bytes),
                 human_bytes(u.run_file_bytes)
             );
             for (name, k) in &u.keyspaces {
-                println!(
+                outln!(
                     "  {name}: {} entries, {} logical, index pages {}, {} values ({}) in the journal",
                     k.entries,
                     human_bytes(k.logical_bytes),
@@ -277,8 +299,8 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
                 );
             }
             if let Some(b) = &j.block_store {
-                println!(
-                    "  block store on disk: {} for {} logical ({:.2}×: index pages and held segments)",
+                outln!(
+                    "  block store on disk: {} for {} logical ({:.2}×: index pages and its share of the held segments)",
                     human_bytes(b.disk_bytes),
                     human_bytes(b.logical_bytes),
                     b.disk_per_logical
@@ -287,11 +309,52 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
         }
     }
     let c = &report.classification;
-    println!(
+    outln!(
         "classification: {}{} — {}",
         c.verdict,
         c.case.map_or(String::new(), |k| format!(" ({k})")),
         c.detail
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flushpoint::{JournalUsage, KeyspaceUsage};
+
+    fn usage(held: u64, values: &[(&str, u64)]) -> JournalUsage {
+        JournalUsage {
+            held_segment_bytes: held,
+            keyspaces: values
+                .iter()
+                .map(|(name, bytes)| {
+                    let k = KeyspaceUsage {
+                        values_in_journal_bytes: *bytes,
+                        ..KeyspaceUsage::default()
+                    };
+                    (name.to_string(), k)
+                })
+                .collect(),
+            ..JournalUsage::default()
+        }
+    }
+
+    #[test]
+    fn the_block_store_is_charged_its_share_of_the_held_segments_only() {
+        // The app's large values share the held segments: half the values, half the bytes.
+        let u = usage(1000, &[("app", 300), ("block store", 300), ("state", 0)]);
+        assert_eq!(held_share(&u, &u.keyspaces["block store"]), 500);
+        assert_eq!(held_share(&u, &u.keyspaces["app"]), 500);
+        assert_eq!(held_share(&u, &u.keyspaces["state"]), 0);
+        // Alone in the journal, it is charged all of them.
+        let u = usage(1000, &[("app", 0), ("block store", 7)]);
+        assert_eq!(held_share(&u, &u.keyspaces["block store"]), 1000);
+        // No values in the journal: nothing held is anyone's.
+        let u = usage(1000, &[("app", 0), ("block store", 0)]);
+        assert_eq!(held_share(&u, &u.keyspaces["block store"]), 0);
+        // No overflow at the extremes.
+        let u = usage(u64::MAX, &[("app", u64::MAX), ("block store", u64::MAX)]);
+        assert_eq!(held_share(&u, &u.keyspaces["block store"]), u64::MAX / 2);
+    }
 }

@@ -1,17 +1,23 @@
 //! Argument parsing, dispatch, and the mapping of errors to one-line messages and exit codes.
 //!
 //! Invariant: every failure prints exactly one line on stderr that says what to do, and
-//! exits 1 (2 for usage errors). No command writes to a home it could not lock.
+//! exits 1 (2 for usage errors). No command writes to a home it could not lock. A closed
+//! stdout or stderr never panics: the command stops cleanly and exits 141 (see `out`).
 
 mod crash;
 mod dbwrap;
 mod inspect;
+mod out;
 mod rollback;
 mod sync;
+mod sync_summary;
 
 use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand, ValueEnum};
+
+pub use out::EXIT_OUTPUT_CLOSED;
+use out::errln;
 
 /// The home used when neither `--home` nor `FLUSHPOINT_HOME` is given.
 pub const DEFAULT_HOME: &str = "./flushpoint-home";
@@ -23,9 +29,15 @@ pub const EXIT_USAGE: i32 = 2;
 /// Exit code for every other failure.
 pub const EXIT_FAILURE: i32 = 1;
 
+/// The exit codes, as `--help` shows them.
+const EXIT_CODES_HELP: &str = "Exit codes: 0 success; 1 failure (one line on stderr says what to do); \
+2 bad flags or usage (nothing written); 141 stdout or stderr was a closed pipe \
+(`flushpoint sync | head -1`): the command stopped there, a sync after stopping the node \
+cleanly, so the home is consistent and the next sync resumes it.";
+
 /// flushpoint: crash-safe persistence for BFT chain nodes.
 #[derive(Debug, Parser)]
-#[command(name = "flushpoint", version, about, long_about = None)]
+#[command(name = "flushpoint", version, about, long_about = None, after_help = EXIT_CODES_HELP)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -113,6 +125,13 @@ impl CliError {
             message: message.into(),
         }
     }
+    /// The command stopped because a write to stdout or stderr failed (see `out`).
+    pub fn output_cut() -> Self {
+        CliError {
+            code: EXIT_OUTPUT_CLOSED,
+            message: String::new(),
+        }
+    }
     /// Any other failure (exit 1).
     pub fn failure(message: impl Into<String>) -> Self {
         CliError {
@@ -158,11 +177,36 @@ fn kind_hint(kind: flushpoint::ErrorKind) -> Option<&'static str> {
     }
 }
 
-fn poison_hint(e: &flushpoint::Error) -> Option<&'static str> {
+/// The kind of `e`, or of the first failure for a poisoned database.
+fn root_kind(e: &flushpoint::Error) -> flushpoint::ErrorKind {
     match e {
-        flushpoint::Error::Poisoned { cause, .. } => kind_hint(cause.kind),
-        _ => kind_hint(e.kind()),
+        flushpoint::Error::Poisoned { cause, .. } => cause.kind,
+        _ => e.kind(),
     }
+}
+
+/// A redb home's database names and their files (as `flushpoint::Home` lays them out).
+const REDB_FILES: [(&str, &str); 3] = [
+    ("block store", "blockstore.redb"),
+    ("state", "state.redb"),
+    ("app", "app.redb"),
+];
+
+/// What to do about damaged bytes in database `db` of `home`: the handshake repairs the
+/// shapes a crash leaves, never damaged bytes, so rerunning does not help.
+fn damaged_hint(db: &str, home: &Path) -> String {
+    let part = REDB_FILES
+        .iter()
+        .find(|(name, _)| *name == db)
+        .map(|(_, file)| home.join(file))
+        .filter(|p| p.exists())
+        .map_or_else(
+            || format!("the home {}", home.display()),
+            |p| format!("the file {}", p.display()),
+        );
+    format!(
+        "{part} is damaged, and rerunning does not repair it: restore the home from a backup, or move it aside and sync a new one (`flushpoint sync --home NEW_DIR`)"
+    )
 }
 
 fn io_source_hint(e: &flushpoint::Error) -> Option<&'static str> {
@@ -203,8 +247,14 @@ pub fn describe(e: &flushpoint::Error, home: &Path) -> CliError {
             "{text}; run `flushpoint inspect --home {}` for details; restore the home from a backup or sync a new one",
             home.display()
         ),
+        E::Corrupt { db, .. } => format!("{text}: {}", damaged_hint(db, home)),
+        E::Poisoned { db, .. } | E::Storage { db, .. }
+            if root_kind(e) == flushpoint::ErrorKind::Corrupt =>
+        {
+            format!("{text}: {}", damaged_hint(db, home))
+        }
         E::Poisoned { .. } | E::Storage { .. } => {
-            match poison_hint(e).or_else(|| io_source_hint(e)) {
+            match kind_hint(root_kind(e)).or_else(|| io_source_hint(e)) {
                 Some(h) => format!("{text}: {h}"),
                 None => format!(
                     "{text}; rerun the command: the start-up handshake checks and repairs the home"
@@ -240,7 +290,7 @@ pub fn run() -> i32 {
                 .lines()
                 .find(|l| !l.trim().is_empty())
                 .unwrap_or("bad arguments");
-            eprintln!("{first} (see `flushpoint --help`)");
+            errln!("{first} (see `flushpoint --help`)");
             return EXIT_USAGE;
         }
     };
@@ -250,10 +300,25 @@ pub fn run() -> i32 {
         Command::Inspect(a) => inspect::run(&a),
         Command::Rollback(a) => rollback::run(&a),
     };
-    match result {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("flushpoint: {}", e.message.replace('\n', " "));
+    match (result, out::failure()) {
+        // The command stopped on a failed write to stdout or stderr: a closed pipe exits
+        // quietly; another write error is said, if stderr still takes it.
+        (Ok(()), Some((code, message)))
+        | (
+            Err(CliError {
+                code: EXIT_OUTPUT_CLOSED,
+                ..
+            }),
+            Some((code, message)),
+        ) => {
+            if let Some(m) = message {
+                errln!("flushpoint: {m}");
+            }
+            code
+        }
+        (Ok(()), None) => 0,
+        (Err(e), _) => {
+            errln!("flushpoint: {}", e.message.replace('\n', " "));
             e.code
         }
     }

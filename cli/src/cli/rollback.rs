@@ -20,6 +20,7 @@ use flushpoint::{
     Db, Error, HandshakeCase, HoldingDb, Home, NoEvents, Node, RollbackRefusal, classify, observe,
 };
 
+use super::out::outln;
 use super::{CliError, CliResult, describe};
 
 /// Flags of `flushpoint rollback`.
@@ -70,7 +71,7 @@ fn repair(home: &Home) -> flushpoint::Result<()> {
             spec.chain(),
             Box::new(NoEvents),
         )?;
-        println!("{}", super::sync::handshake_text(&report));
+        outln!("{}", super::sync::handshake_text(&report));
         node.stop(std::time::Instant::now())?;
     }
     Ok(())
@@ -126,16 +127,18 @@ pub fn run(a: &RollbackArgs) -> CliResult<()> {
     };
     let b = r.before;
     if r.nothing_to_do {
-        println!(
+        outln!(
             "nothing to do: block store {}, state {}, app {} are all at or below {h}",
-            b.block_store_height, b.state_height, b.app_height
+            b.block_store_height,
+            b.state_height,
+            b.app_height
         );
         return Ok(());
     }
     if r.finished_interrupted {
-        println!("finishing an interrupted rollback to {h}");
+        outln!("finishing an interrupted rollback to {h}");
     }
-    println!(
+    outln!(
         "rolled back to height {h}: removed {} block(s){} (block store was {}, state {}, app {}); the next `flushpoint sync` continues from {h}",
         r.blocks_removed,
         if r.app_rolled_back {

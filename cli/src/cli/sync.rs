@@ -15,13 +15,18 @@ use clap::{Args, ValueEnum};
 use flushpoint::demo::{ChainSpec, KvApp};
 use flushpoint::{
     BackendCounters, BlockStore, CountingDb, Db, FlushPolicy, HandshakeCase, HandshakeReport,
-    HoldingDb, Home, HomeOptions, JournalCounts, Mode, NoEvents, Node, Observed, StateStore,
-    SyncCounters, SyncCounts,
+    HoldingDb, Home, HomeOptions, Mode, NoEvents, Node, Observed, StateStore, SyncCounters,
+    SyncCounts,
 };
-use serde::Serialize;
 
-use super::dbwrap::{CliDb, CliUnitGroup, Phase, Probe, Which};
-use super::{CliError, CliResult, EngineArg, ProfileArg, describe, human_bytes, peak_rss_bytes};
+use super::dbwrap::{CliDb, CliUnitGroup, Phase, Probe, UnitCounters, Which};
+use super::out::{errln, outln};
+pub use super::sync_summary::HeightsJson;
+use super::sync_summary::{
+    Databases, DbSummary, FlushJson, FsyncsPerBlock, HandshakeJson, JournalSummary, SyncSummary,
+    print_human,
+};
+use super::{CliError, CliResult, EngineArg, ProfileArg, describe, peak_rss_bytes};
 
 /// How plain progress lines are spaced when stderr is not a terminal.
 const PLAIN_PROGRESS_INTERVAL: Duration = Duration::from_secs(2);
@@ -167,23 +172,35 @@ pub enum PrefetchArg {
     Off,
 }
 
-/// Counters of one database.
+/// Counters of one database: its batches (its `CountingDb`) and, on a journal home, its
+/// parts of the units the node wrote through the unit group.
 struct Meter {
     sync: Arc<SyncCounters>,
     backend: Arc<BackendCounters>,
+    units: Option<Arc<UnitCounters>>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Snap {
+    /// Batches, and bytes of batches and unit parts together.
     counts: SyncCounts,
     sync_data: u64,
+    units: u64,
 }
 
 impl Meter {
     fn snap(&self) -> Snap {
+        let mut counts = self.sync.snapshot();
+        let (mut units, mut unit_bytes) = (0, 0);
+        if let Some(u) = &self.units {
+            units = u.units();
+            unit_bytes = u.bytes_written();
+        }
+        counts.bytes_written += unit_bytes;
         Snap {
-            counts: self.sync.snapshot(),
+            counts,
             sync_data: self.backend.snapshot().sync_data_calls,
+            units,
         }
     }
 }
@@ -194,161 +211,6 @@ fn snap3(m: &[Meter; 3]) -> [Snap; 3] {
 
 fn synced(s: &[Snap; 3]) -> u64 {
     s.iter().map(|x| x.counts.synced_batches).sum()
-}
-
-/// Per-database figures of a run.
-#[derive(Debug, Serialize)]
-pub struct DbSummary {
-    /// Batches written `Synced` (each one fsync-backed commit).
-    pub synced_batches: u64,
-    /// Batches written `Buffered`.
-    pub buffered_batches: u64,
-    /// Real `sync_data` calls redb made on the file.
-    pub sync_data_calls: u64,
-    /// Key and value bytes written.
-    pub bytes_written: u64,
-    /// The file's size on disk at the end.
-    pub disk_size_bytes: u64,
-}
-
-/// The three databases' figures, in flush order.
-#[derive(Debug, Serialize)]
-pub struct Databases {
-    /// The block store.
-    pub block_store: DbSummary,
-    /// The state store.
-    pub state: DbSummary,
-    /// The app's database.
-    pub app: DbSummary,
-}
-
-/// The journal engine's figures (a journal home only).
-#[derive(Debug, Serialize)]
-pub struct JournalSummary {
-    /// The engine's counts since this process opened it (recovery included).
-    pub counts: JournalCounts,
-    /// Bytes its segments and index occupy on disk at the end.
-    pub disk_size_bytes: u64,
-}
-
-/// Synced batches per block.
-#[derive(Debug, Serialize)]
-pub struct FsyncsPerBlock {
-    /// Synced batches over the three databases, during the block-sync part (its flush
-    /// points included); on a journal home, synced units (a flush point is one, ADR 0011).
-    pub block_sync: f64,
-    /// The same during the consensus part (redb: 4 per block; journal: 1).
-    pub consensus: f64,
-    /// Real `sync_data` calls per block over the whole run (redb: on the three files;
-    /// journal: on its segments and its index).
-    pub sync_data_overall: f64,
-}
-
-/// One flush point of the run, as the block loop saw it complete.
-#[derive(Debug, Serialize)]
-pub struct FlushJson {
-    /// Why it was taken (the last trigger, when one call completed two windows).
-    pub trigger: flushpoint::FlushTrigger,
-    /// Blocks `from + 1..=to` became durable.
-    pub from: u64,
-    /// See `from`.
-    pub to: u64,
-    /// Key and value bytes written.
-    pub bytes: u64,
-    /// Flush points this entry covers (2 when one call completed a window in flight and
-    /// took the next).
-    pub flush_points: u64,
-    /// Seconds from freezing the window to its last synced batch.
-    pub duration_s: f64,
-    /// Seconds the block loop waited for it (all of `duration_s` for a synchronous flush
-    /// point; for a background one, only the wait for the window in flight).
-    pub loop_wait_s: f64,
-    /// Seconds since the run started, when the loop saw it complete.
-    pub at_s: f64,
-}
-
-/// The three heights.
-#[derive(Debug, Serialize, Clone, Copy, PartialEq, Eq)]
-pub struct HeightsJson {
-    /// Block store height.
-    pub block_store: u64,
-    /// State height.
-    pub state: u64,
-    /// App height.
-    pub app: u64,
-}
-
-/// What the start-up handshake found and did.
-#[derive(Debug, Serialize)]
-pub struct HandshakeJson {
-    /// Case name.
-    pub case: &'static str,
-    /// What it observed.
-    pub observed: Observed,
-    /// Blocks replayed on the app only.
-    pub app_replayed: u64,
-    /// Blocks applied to app and state.
-    pub applied: u64,
-    /// The height afterwards.
-    pub height: u64,
-}
-
-/// The summary `sync` prints (`--json`: this object).
-#[derive(Debug, Serialize)]
-pub struct SyncSummary {
-    /// The home directory.
-    pub home: String,
-    /// Chain seed.
-    pub seed: u64,
-    /// Profile.
-    pub profile: &'static str,
-    /// Mode of the block-sync part.
-    pub mode: &'static str,
-    /// The home's storage engine: `redb` or `journal`.
-    pub engine: &'static str,
-    /// True for `--mode no-sync`: nothing was synced; a floor, not a crash-safe result.
-    pub floor_only: bool,
-    /// The height the run ends at (N + M).
-    pub target_height: u64,
-    /// Blocks applied by this run (block sync + consensus; not the handshake's).
-    pub blocks: u64,
-    /// Of which block-synced.
-    pub block_sync_blocks: u64,
-    /// Of which committed in consensus mode.
-    pub consensus_blocks: u64,
-    /// Wall time of the run after the handshake, in seconds.
-    pub elapsed_s: f64,
-    /// Blocks per second over the run.
-    pub blocks_per_s: f64,
-    /// Milliseconds per block over the run.
-    pub ms_per_block: f64,
-    /// Blocks per second during the block-sync part.
-    pub block_sync_blocks_per_s: f64,
-    /// Synced batches (and real syncs) per block.
-    pub fsyncs_per_block: FsyncsPerBlock,
-    /// Flush points taken.
-    pub flush_points: u64,
-    /// Seconds the block loop stood still in flush points (sum of `loop_wait_s`).
-    pub flush_loop_wait_s: f64,
-    /// Every flush point the run completed, in order.
-    pub flush_timeline: Vec<FlushJson>,
-    /// Key and value bytes written, over the three databases.
-    pub bytes_written: u64,
-    /// Per database (on a journal home `sync_data_calls` and `disk_size_bytes` are 0 per
-    /// database: the three share the journal, see `journal`).
-    pub databases: Databases,
-    /// The journal's figures, on a journal home.
-    pub journal: Option<JournalSummary>,
-    /// Most bytes one database held at once.
-    pub peak_held_bytes: u64,
-    /// Peak resident set size of the process.
-    pub peak_rss_bytes: u64,
-    /// Final heights, read back from disk after the clean stop.
-    pub heights: HeightsJson,
-    /// Final app hash (hex).
-    pub app_hash: String,
-    /// The start-up handshake.
-    pub handshake: HandshakeJson,
 }
 
 /// Reads the durable heights of an open home without writing.
@@ -450,7 +312,7 @@ impl Progress {
             b.set_message(format!("{phase}, {flushes} flush points"));
         } else if !self.quiet && self.last_line.elapsed() >= PLAIN_PROGRESS_INTERVAL {
             self.last_line = Instant::now();
-            eprintln!(
+            errln!(
                 "progress: height {height}/{target} ({phase}), {flushes} flush points, {:.1} s",
                 self.start.elapsed().as_secs_f64()
             );
@@ -461,13 +323,6 @@ impl Progress {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
         }
-    }
-}
-
-fn meter(db: &CountingDb<Arc<dyn Db>>, backend: Arc<BackendCounters>) -> Meter {
-    Meter {
-        sync: db.counters(),
-        backend,
     }
 }
 
@@ -512,6 +367,33 @@ fn journal_units_synced(home: &Home) -> u64 {
         .map_or(0, |j| j.counts().journal_sync_data_calls)
 }
 
+/// The run's two targets: the last block-synced height (`initial_height - 1 + blocks`)
+/// and the last height (`+ consensus_blocks`). A sum past `u64::MAX` is a usage error, so a
+/// flag never wraps into a small height.
+pub fn targets(initial_height: u64, blocks: u64, consensus_blocks: u64) -> CliResult<(u64, u64)> {
+    let target_sync = initial_height
+        .checked_sub(1)
+        .and_then(|h| h.checked_add(blocks));
+    let target = target_sync.and_then(|t| t.checked_add(consensus_blocks));
+    match (target_sync, target) {
+        (Some(s), Some(t)) => Ok((s, t)),
+        _ => Err(CliError::usage(format!(
+            "--blocks {blocks} + --consensus-blocks {consensus_blocks} from initial height {initial_height} ends past the largest height ({}): use smaller counts",
+            u64::MAX
+        ))),
+    }
+}
+
+/// Stops the node cleanly (held writes flushed, the home consistent) after a write to
+/// stdout or stderr failed, and ends the command with [`CliError::output_cut`].
+fn stop_on_cut(
+    node: Node<flushpoint::demo::DemoChain>,
+    err: impl Fn(flushpoint::Error) -> CliError,
+) -> CliResult<()> {
+    node.stop(Instant::now()).map_err(err)?;
+    Err(CliError::output_cut())
+}
+
 /// Runs `flushpoint sync`.
 pub fn run(a: &SyncArgs) -> CliResult<()> {
     let home_path = super::resolve_home(a.home.as_deref());
@@ -523,6 +405,8 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     if a.flush_every == Some(0) {
         return Err(CliError::usage("--flush-every must be at least 1"));
     }
+    let spec = ChainSpec::new(a.seed, a.profile.profile());
+    let (target_sync, target) = targets(spec.initial_height, a.blocks, a.consensus_blocks)?;
     let options = home_options(a)?;
     let err = |e: flushpoint::Error| describe(&e, &home_path);
     let probe = Probe::from_env();
@@ -539,7 +423,6 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
             .unwrap_or("inconsistent");
         p.mark(&format!("handshake-begin case={case}"));
     }
-    let spec = ChainSpec::new(a.seed, a.profile.profile());
     let no_sync = a.mode == ModeArg::NoSync;
 
     // The real syncs per database: redb's file counters; a journal's three keyspaces share
@@ -558,7 +441,14 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     let wrap = |db: Arc<dyn Db>, backend: Arc<BackendCounters>, which: Which| {
         let member = db.unit_group();
         let counting = Arc::new(CountingDb::new(db));
-        let m = meter(&counting, backend);
+        let m = Meter {
+            sync: counting.counters(),
+            backend,
+            units: member
+                .as_ref()
+                .zip(unit_group.as_ref())
+                .map(|(member, group)| group.counters(&member.name)),
+        };
         let mut cli = CliDb::new(counting as Arc<dyn Db>, which, no_sync, probe.clone());
         if let (Some(group), Some(member)) = (&unit_group, member) {
             cli = cli.in_group(group.clone(), member.name);
@@ -599,10 +489,8 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
         ));
     }
 
-    let target_sync = spec.initial_height - 1 + a.blocks;
-    let target = target_sync + a.consensus_blocks;
     if !a.json {
-        println!(
+        outln!(
             "flushpoint sync: home {} ({} engine), chain seed {}, profile {}, mode {}",
             home_path.display(),
             home.engine(),
@@ -610,13 +498,14 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
             a.profile.name(),
             a.mode.name()
         );
-        println!("{}", handshake_text(&report));
-        println!(
+        outln!("{}", handshake_text(&report));
+        outln!(
             "target: {} block-synced + {} consensus blocks = height {target}",
-            a.blocks, a.consensus_blocks
+            a.blocks,
+            a.consensus_blocks
         );
         if no_sync {
-            println!(
+            outln!(
                 "note: --mode no-sync syncs nothing; it measures the floor and is NOT crash-safe"
             );
         }
@@ -682,6 +571,9 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     // block itself.
     let mut upcoming: Option<Vec<bytes::Bytes>> = None;
     while node.height() < target_sync {
+        if super::out::cut() {
+            return stop_on_cut(node, err);
+        }
         let (b, parts, c) =
             next_block(&spec, &mut node, pool.is_some(), target, &mut upcoming).map_err(err)?;
         if per_block.is_some() {
@@ -714,6 +606,9 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
 
     // Part 2: consensus, up to N + M.
     while node.height() < target {
+        if super::out::cut() {
+            return stop_on_cut(node, err);
+        }
         let (b, parts, c) =
             next_block(&spec, &mut node, pool.is_some(), target, &mut upcoming).map_err(err)?;
         node.commit_block(&b, &parts, &c).map_err(err)?;
@@ -761,6 +656,7 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
         dbs.push(DbSummary {
             synced_batches: d.synced_batches,
             buffered_batches: d.buffered_batches,
+            units: s3[i].units - s0[i].units,
             sync_data_calls: sd,
             bytes_written: d.bytes_written,
             disk_size_bytes: disk,
@@ -837,98 +733,11 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     if a.json {
         let line = serde_json::to_string(&summary)
             .map_err(|e| CliError::failure(format!("cannot render the summary: {e}")))?;
-        println!("{line}");
+        outln!("{line}");
     } else {
         print_human(&summary);
     }
     Ok(())
-}
-
-fn print_human(s: &SyncSummary) {
-    println!(
-        "done: {} blocks in {:.2} s — {:.0} blocks/s, {:.3} ms/block (block sync {} blocks at {:.0} blocks/s, consensus {} blocks)",
-        s.blocks,
-        s.elapsed_s,
-        s.blocks_per_s,
-        s.ms_per_block,
-        s.block_sync_blocks,
-        s.block_sync_blocks_per_s,
-        s.consensus_blocks
-    );
-    println!(
-        "fsyncs per block: block sync {:.4} synced batches, consensus {:.2}; real sync_data calls {:.4} per block overall",
-        s.fsyncs_per_block.block_sync,
-        s.fsyncs_per_block.consensus,
-        s.fsyncs_per_block.sync_data_overall
-    );
-    println!(
-        "flush points: {}; the block loop waited {:.2} s for them ({:.0}% of the run)",
-        s.flush_points,
-        s.flush_loop_wait_s,
-        if s.elapsed_s > 0.0 {
-            100.0 * s.flush_loop_wait_s / s.elapsed_s
-        } else {
-            0.0
-        }
-    );
-    for f in &s.flush_timeline {
-        println!(
-            "  blocks {:>7}..={:<7} {:?} ({} flush point{}): {} in {:.2} s, loop waited {:.2} s (at {:.2} s)",
-            f.from + 1,
-            f.to,
-            f.trigger,
-            f.flush_points,
-            if f.flush_points == 1 { "" } else { "s" },
-            human_bytes(f.bytes),
-            f.duration_s,
-            f.loop_wait_s,
-            f.at_s
-        );
-    }
-    println!(
-        "bytes written: {}; peak held: {}; peak RSS: {}",
-        human_bytes(s.bytes_written),
-        human_bytes(s.peak_held_bytes),
-        human_bytes(s.peak_rss_bytes)
-    );
-    println!(
-        "  {:<12} {:>8} {:>9} {:>10} {:>14} {:>12}",
-        "database", "synced", "buffered", "sync_data", "bytes written", "on disk"
-    );
-    let d3 = [
-        ("block store", &s.databases.block_store),
-        ("state", &s.databases.state),
-        ("app", &s.databases.app),
-    ];
-    for (name, d) in d3 {
-        println!(
-            "  {:<12} {:>8} {:>9} {:>10} {:>14} {:>12}",
-            name,
-            d.synced_batches,
-            d.buffered_batches,
-            d.sync_data_calls,
-            human_bytes(d.bytes_written),
-            human_bytes(d.disk_size_bytes)
-        );
-    }
-    if let Some(j) = &s.journal {
-        println!(
-            "  {:<12} {} units, {} sync_data on segments, {} checkpoints, {} on disk (the three databases share it)",
-            "journal",
-            j.counts.units_written,
-            j.counts.journal_sync_data_calls,
-            j.counts.checkpoints,
-            human_bytes(j.disk_size_bytes)
-        );
-    }
-    println!(
-        "heights: block store {}, state {}, app {}",
-        s.heights.block_store, s.heights.state, s.heights.app
-    );
-    println!("app hash: {}", s.app_hash);
-    if s.floor_only {
-        println!("note: no-sync run — a floor measurement, nothing here survives a power cut");
-    }
 }
 
 #[cfg(test)]
@@ -965,6 +774,29 @@ mod tests {
         // The flag's documented defaults are the engines' own.
         assert_eq!(defaults.journal.index_cache_bytes, 8 << 20);
         assert_eq!(defaults.redb.cache_bytes * 3, 192 << 20);
+    }
+
+    #[test]
+    fn targets_that_overflow_a_height_are_a_usage_error() {
+        assert_eq!(targets(1, 10, 2).expect("small"), (10, 12));
+        assert_eq!(targets(5, 10, 0).expect("initial height 5"), (14, 14));
+        assert_eq!(
+            targets(1, u64::MAX - 2, 2).expect("ends at u64::MAX"),
+            (u64::MAX - 2, u64::MAX)
+        );
+        for (initial, n, m) in [
+            (1, u64::MAX, 1),
+            (1, u64::MAX - 1, 2),
+            (2, u64::MAX, 0),
+            (1, 1, u64::MAX),
+            (0, 1, 1),
+        ] {
+            let Err(e) = targets(initial, n, m) else {
+                panic!("{initial} + {n} + {m} did not overflow");
+            };
+            assert_eq!(e.code, EXIT_USAGE, "{}", e.message);
+            assert!(e.message.contains("--blocks"), "{}", e.message);
+        }
     }
 
     #[test]
