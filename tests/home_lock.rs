@@ -172,9 +172,9 @@ fn home_with_another_format_version_is_refused() {
             Ok(_) => panic!("version {found}: a home of another version was opened"),
         }
     }
-    // A FORMAT file that is not ours is refused as well.
+    // A FORMAT file that is not ours, beside the home's databases, is a damaged home.
     std::fs::write(path.join("FORMAT"), "something else\n").unwrap();
-    assert!(matches!(Home::open(&path), Err(Error::Home { .. })));
+    assert!(matches!(Home::open(&path), Err(Error::HomeDamaged { .. })));
     // The refusals touched no database, and released the lock.
     assert_eq!(std::fs::read(&db_file).unwrap(), db_before);
     std::fs::write(
