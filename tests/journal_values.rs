@@ -393,9 +393,9 @@ fn recovery_refuses_a_missing_segment_the_index_points_into_past_the_checkpoint(
     assert!(find(&fs, &seg0, &part(3)).is_some());
     fs.remove_file(&seg0).unwrap();
     match JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options()) {
-        Err(Error::Corrupt { db, reason, .. }) => {
-            assert!(db.contains(&segment_file_name(0)), "{db}");
-            assert!(reason.to_string().contains("missing"), "{reason}");
+        Err(Error::JournalSegment { segment, problem }) => {
+            assert_eq!(segment, seg0);
+            assert!(problem.contains("missing"), "{problem}");
         }
         other => panic!("a missing segment holding indexed values must be refused: {other:?}"),
     }

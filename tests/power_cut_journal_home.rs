@@ -551,8 +551,9 @@ fn recovery_check_rejects_an_image_that_lost_the_journals_segments() {
         &want,
     )
     .unwrap();
-    // Lose the whole journal directory's contents but keep FORMAT: the home reopens empty,
-    // which the oracle must refuse (every write was acknowledged).
+    // Lose every file of the journal directory but keep FORMAT and the directories: the
+    // runs directory without its index is refused at open, naming the index (every write
+    // was acknowledged: an empty home would lose them).
     let img = fs.crash_image(DirFate::KeepAll, FileFate::KeepAll);
     use flushpoint::FileSystem;
     // Every file under journal/, the app's runs (journal/runs/app/) included.
@@ -566,5 +567,5 @@ fn recovery_check_rejects_an_image_that_lost_the_journals_segments() {
     }
     remove_files(&img, &home().join("journal"));
     let e = check_recovery(&img, &r, &want).unwrap_err();
-    assert!(e.contains("no prefix"), "{e}");
+    assert!(e.contains("index.redb") && e.contains("missing"), "{e}");
 }
