@@ -28,7 +28,7 @@ thread_local! {
     static IN_REDB_CALL: Cell<u32> = const { Cell::new(0) };
 }
 
-/// True while this thread runs a redb call under a [`RedbGuard`]: a panic now is caught and
+/// True while this thread runs a redb call under the crate's redb guard: a panic now is caught and
 /// returned as [`Error::CorruptFile`]. For a panic hook ([`quiet_caught_redb_panics`]).
 pub fn inside_guarded_redb_call() -> bool {
     IN_REDB_CALL.with(|d| d.get() > 0)
