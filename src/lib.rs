@@ -80,6 +80,7 @@ pub(crate) mod store;
 mod sync;
 pub mod testing;
 mod types;
+mod verify;
 
 pub use app::{App, AppInfo};
 pub use chain::{
@@ -97,8 +98,8 @@ pub use error::{
     RollbackRefusal, hex,
 };
 pub use fs::{
-    DirFate, FileFate, FileSystem, FsBackend, FsFile, OpenMode, SimFault, SimFile, SimFs, SimOp,
-    SimStats, StdFile, StdFs, create_dir_all_durably,
+    DirFate, FileFate, FileSystem, FsBackend, FsFile, OpenMode, SCRATCH_BYTES_MAX, ScratchFs,
+    SimFault, SimFile, SimFs, SimOp, SimStats, StdFile, StdFs, create_dir_all_durably,
 };
 pub use holding::{FrozenWindow, HeldStore, HeldWrite, HoldingDb};
 pub use home::{HOME_FORMAT_VERSION, Home, HomeEngine, HomeOptions, JOURNAL_DIR};
@@ -127,3 +128,4 @@ pub use store::{
     StatePruneReport, StateStore,
 };
 pub use types::*;
+pub use verify::{Problem, VERIFY_PROBLEMS_MAX, VerifyCounts, VerifyReport, verify};

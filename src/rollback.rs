@@ -414,16 +414,7 @@ impl Home {
         path: &Path,
         options: impl Into<crate::home::HomeOptions>,
     ) -> Result<Home> {
-        if !fs
-            .exists(&path.join(crate::home::FORMAT_FILE))
-            .map_err(home_io(path, "stat FORMAT"))?
-        {
-            return Err(Error::Home {
-                path: path.to_path_buf(),
-                op: "open (no flushpoint home here; run `flushpoint sync --home` to create one)",
-                source: std::io::Error::from(std::io::ErrorKind::NotFound),
-            });
-        }
+        crate::home::require_home(&*fs, path)?;
         Home::open_unchecked(fs, path, &options.into())
     }
 }

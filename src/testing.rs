@@ -211,3 +211,110 @@ impl<D: Db> Db for FailingDb<D> {
         self.inner.write(batch, durability)
     }
 }
+
+/// Every file under a directory with its bytes, and every directory: for asserting that a
+/// command wrote nothing (take one before and one after, then
+/// [`DirSnapshot::first_difference`]). Holds the bytes in memory: for test-sized homes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirSnapshot(std::collections::BTreeMap<std::path::PathBuf, Option<Vec<u8>>>);
+
+impl DirSnapshot {
+    /// Reads everything under `dir` (paths relative to it; directories as `None`).
+    pub fn take(dir: &std::path::Path) -> std::io::Result<DirSnapshot> {
+        let mut out = std::collections::BTreeMap::new();
+        let mut todo = vec![dir.to_path_buf()];
+        while let Some(d) = todo.pop() {
+            for e in std::fs::read_dir(&d)? {
+                let p = e?.path();
+                let rel = p.strip_prefix(dir).unwrap_or(&p).to_path_buf();
+                if p.is_dir() {
+                    out.insert(rel, None);
+                    todo.push(p);
+                } else {
+                    out.insert(rel, Some(std::fs::read(&p)?));
+                }
+            }
+        }
+        Ok(DirSnapshot(out))
+    }
+
+    /// The first difference from `self` to `after`, described: the file and the first
+    /// differing byte offset or the lengths, an entry removed, created or changed in kind;
+    /// `None` when they are the same.
+    pub fn first_difference(&self, after: &DirSnapshot) -> Option<String> {
+        for (path, old) in &self.0 {
+            let path_shown = path.display();
+            match (old, after.0.get(path)) {
+                (_, None) => return Some(format!("{path_shown} was removed")),
+                (None, Some(Some(_))) => return Some(format!("{path_shown} became a file")),
+                (Some(_), Some(None)) => {
+                    return Some(format!("{path_shown} became a directory"));
+                }
+                (Some(a), Some(Some(b))) if a != b => {
+                    let (la, lb) = (a.len(), b.len());
+                    return Some(match a.iter().zip(b).position(|(x, y)| x != y) {
+                        Some(at) => {
+                            format!("{path_shown} differs at byte {at} (length {la} then {lb})")
+                        }
+                        None => format!("{path_shown} changed length from {la} to {lb}"),
+                    });
+                }
+                _ => {}
+            }
+        }
+        after
+            .0
+            .keys()
+            .find(|p| !self.0.contains_key(*p))
+            .map(|p| format!("{} was created", p.display()))
+    }
+}
+
+#[cfg(test)]
+mod snapshot_tests {
+    use super::DirSnapshot;
+
+    /// The comparison sees each kind of change (a checker fed wrong answers).
+    #[test]
+    fn every_kind_of_change_is_seen() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        std::fs::create_dir(p.join("d")).unwrap();
+        std::fs::write(p.join("d/f"), b"abc").unwrap();
+        let before = DirSnapshot::take(p).unwrap();
+        assert_eq!(
+            before.first_difference(&DirSnapshot::take(p).unwrap()),
+            None
+        );
+        let seen = |change: &dyn Fn(), undo: &dyn Fn(), says: &str| {
+            change();
+            let d = before.first_difference(&DirSnapshot::take(p).unwrap());
+            assert!(
+                d.as_deref().is_some_and(|d| d.contains(says)),
+                "{says}: {d:?}"
+            );
+            undo();
+        };
+        let f = p.join("d/f");
+        seen(
+            &|| std::fs::write(&f, b"abd").unwrap(),
+            &|| std::fs::write(&f, b"abc").unwrap(),
+            "differs at byte 2",
+        );
+        seen(
+            &|| std::fs::write(&f, b"abcd").unwrap(),
+            &|| std::fs::write(&f, b"abc").unwrap(),
+            "changed length from 3 to 4",
+        );
+        seen(
+            &|| std::fs::write(p.join("new"), b"").unwrap(),
+            &|| std::fs::remove_file(p.join("new")).unwrap(),
+            "new was created",
+        );
+        seen(
+            &|| std::fs::remove_file(&f).unwrap(),
+            &|| std::fs::write(&f, b"abc").unwrap(),
+            "d/f was removed",
+        );
+    }
+}

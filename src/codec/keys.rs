@@ -55,6 +55,27 @@ pub const HISTORY_PREFIXES: [u8; 4] = [VALIDATORS, PARAMS, HISTORY_2, HISTORY_3]
 pub const GENESIS: u8 = 0x14;
 /// The state store's base key (pruned below this height).
 pub const STATE_STORE_BASE: u8 = 0x15;
+/// Every key prefix of the block store's database (the first byte of each of its keys).
+pub const BLOCK_STORE_PREFIXES: [u8; 7] = [
+    BLOCK_META,
+    BLOCK_PART,
+    BLOCK_COMMIT,
+    SEEN_COMMIT,
+    HASH_INDEX,
+    BLOCK_STORE_STATE,
+    FLUSH_RECORD,
+];
+/// Every key prefix of the state's database.
+pub const STATE_PREFIXES: [u8; 8] = [
+    RESULTS,
+    STATE,
+    VALIDATORS,
+    PARAMS,
+    HISTORY_2,
+    HISTORY_3,
+    GENESIS,
+    STATE_STORE_BASE,
+];
 /// Prefix of demo-app data keys.
 pub const APP_DATA: u8 = 0x20;
 /// The demo app's meta key.

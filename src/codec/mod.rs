@@ -15,5 +15,5 @@ mod record;
 
 pub use record::{
     FORMAT_VERSION, PLACED_COPY_ALIGN_BYTES, PLACED_COPY_FROM_BYTES, Reader, RecordKind, Writer,
-    decode_record, encode_record, encode_record_with,
+    check_frame, decode_record, encode_record, encode_record_with,
 };

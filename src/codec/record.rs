@@ -158,6 +158,21 @@ pub fn decode_record<'a>(
     kind: RecordKind,
     value: &'a [u8],
 ) -> Result<&'a [u8], CorruptReason> {
+    // The checksum is checked first: a flipped version or kind bit is a checksum error, and
+    // only an intact record with another version is "unknown version".
+    let found = check_frame(key, value)?;
+    if found != kind.tag() {
+        return Err(CorruptReason::WrongKind {
+            expected: kind.tag(),
+            found,
+        });
+    }
+    Ok(&value[2..value.len() - 4])
+}
+
+/// Checks a record's framing — length, checksum, version — whatever its kind, and returns
+/// the kind's tag (for reading every record of a database without knowing its types).
+pub fn check_frame(key: &[u8], value: &[u8]) -> Result<u8, CorruptReason> {
     if value.len() < FRAME_BYTES {
         return Err(CorruptReason::Truncated {
             needed: FRAME_BYTES - value.len(),
@@ -166,21 +181,13 @@ pub fn decode_record<'a>(
     let (body, crc_bytes) = value.split_at(value.len() - 4);
     let stored = u32::from_be_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
     let computed = checksum(key, body);
-    // The checksum is checked first: a flipped version or kind bit is a checksum error, and
-    // only an intact record with another version is "unknown version".
     if stored != computed {
         return Err(CorruptReason::Checksum { stored, computed });
     }
     if body[0] != FORMAT_VERSION {
         return Err(CorruptReason::UnknownVersion(body[0]));
     }
-    if body[1] != kind.tag() {
-        return Err(CorruptReason::WrongKind {
-            expected: kind.tag(),
-            found: body[1],
-        });
-    }
-    Ok(&body[2..])
+    Ok(body[1])
 }
 
 fn checksum(key: &[u8], body: &[u8]) -> u32 {

@@ -15,6 +15,7 @@
 //! Invariant: this module decides nothing about *when* to sync; callers do (policy apart
 //! from mechanism). Invariant: it never imports the database or node layers.
 
+pub mod scratch;
 pub mod sim;
 
 use std::fmt::Debug;
@@ -30,11 +31,13 @@ use crate::aliasing::{ALIAS_SPAN_BYTES, ALIASING_AHEAD_BYTES_MAX, copy_aliases};
 /// Why: Linux's `IOV_MAX`; `pwritev` refuses a longer list with `EINVAL`.
 pub const IO_SLICES_MAX: usize = 1024;
 
+pub use scratch::{SCRATCH_BYTES_MAX, ScratchFs};
 pub use sim::{DirFate, FileFate, SimFault, SimFile, SimFs, SimOp, SimStats};
 
 type IoResult<T> = std::io::Result<T>;
 
-/// How [`FileSystem::open_file`] opens a file (always for reading and writing).
+/// How [`FileSystem::open_file`] opens a file: for reading and writing, except
+/// [`OpenMode::ReadOnly`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum OpenMode {
@@ -44,6 +47,9 @@ pub enum OpenMode {
     CreateOrOpen,
     /// Creates the file, or truncates it to zero length if it exists.
     CreateTruncate,
+    /// The file must exist, and is opened for reading only (a directory is refused with
+    /// `IsADirectory`, as the other modes are).
+    ReadOnly,
 }
 
 /// A file system: the directory operations, and opening files.
@@ -172,8 +178,19 @@ impl FileSystem for StdFs {
             OpenMode::CreateTruncate => {
                 o.create(true).truncate(true);
             }
+            OpenMode::ReadOnly => {
+                o.write(false);
+            }
         }
-        Ok(Box::new(StdFile(o.open(path)?)))
+        let file = o.open(path)?;
+        // A directory opens for reading; refused as the writable modes refuse it.
+        if mode == OpenMode::ReadOnly && file.metadata()?.is_dir() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "is a directory",
+            ));
+        }
+        Ok(Box::new(StdFile(file)))
     }
     fn exists(&self, path: &Path) -> IoResult<bool> {
         path.try_exists()

@@ -687,7 +687,7 @@ impl FileSystem for SimFs {
                 ino
             }
             (Some(Entry::File(ino)), _) => ino,
-            (None, OpenMode::Existing) => {
+            (None, OpenMode::Existing | OpenMode::ReadOnly) => {
                 return Err(io(std::io::ErrorKind::NotFound, "no such file"));
             }
             (None, _) => {
@@ -710,6 +710,7 @@ impl FileSystem for SimFs {
             path: full,
             ino,
             handle: NEXT_HANDLE.fetch_add(1, Ordering::Relaxed),
+            read_only: mode == OpenMode::ReadOnly,
         }))
     }
 
@@ -806,9 +807,22 @@ pub struct SimFile {
     path: PathBuf,
     ino: u64,
     handle: u64,
+    /// Opened [`OpenMode::ReadOnly`]: writes fail with `PermissionDenied` (`EBADF` on a
+    /// real file), so a layer that must not write cannot do so unnoticed.
+    read_only: bool,
 }
 
 impl SimFile {
+    fn writable(&self) -> IoResult<()> {
+        if self.read_only {
+            return Err(io(
+                std::io::ErrorKind::PermissionDenied,
+                "file opened read-only",
+            ));
+        }
+        Ok(())
+    }
+
     fn sync(&self, kind: SimOp) -> IoResult<()> {
         let mut m = self.fs.lock();
         m.alive()?;
@@ -851,6 +865,7 @@ impl FsFile for SimFile {
         Ok(())
     }
     fn write_at(&self, offset: u64, data: &[u8]) -> IoResult<()> {
+        self.writable()?;
         let op = FileOp::Write {
             off: offset,
             data: data.to_vec(),
@@ -866,6 +881,7 @@ impl FsFile for SimFile {
         self.write_at(offset, &whole)
     }
     fn set_len(&self, len: u64) -> IoResult<()> {
+        self.writable()?;
         self.fs
             .lock()
             .file_op(SimOp::SetLen, &self.path, self.ino, FileOp::SetLen(len))
@@ -873,6 +889,7 @@ impl FsFile for SimFile {
     /// A write of zeros within the file (one operation a cut can interrupt or lose), never
     /// past its end: the length is kept.
     fn punch_hole(&self, offset: u64, len: u64) -> IoResult<bool> {
+        self.writable()?;
         let mut m = self.fs.lock();
         m.alive()?;
         let file_len = m

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use crate::db::{Db, Direction, KeyRange, RedbDb, RedbOptions};
 use crate::error::{Error, Result};
-use crate::fs::{FileSystem, FsFile, OpenMode, StdFs, create_dir_all_durably};
+use crate::fs::{FileSystem, FsFile, OpenMode, ScratchFs, StdFs, create_dir_all_durably};
 use crate::journal::{
     JournalEngine, JournalOptions, KeyspaceIndex, KeyspaceOptions, SEPARATE_VALUES_FROM_BYTES,
 };
@@ -278,6 +278,23 @@ pub struct Home {
     pub app_db: Arc<dyn Db>,
 }
 
+/// `Ok` when `path` holds a home, or what is left of one (a home that lost its `FORMAT`
+/// beside its databases is then refused as damaged by the open); an error when it holds
+/// neither, so that an open of an existing home creates nothing.
+pub(crate) fn require_home(fs: &dyn FileSystem, path: &Path) -> Result<()> {
+    let format = fs
+        .exists(&path.join(FORMAT_FILE))
+        .map_err(home_err(path, "stat FORMAT"))?;
+    if format || EngineFiles::find(fs, path)?.any().is_some() {
+        return Ok(());
+    }
+    Err(Error::Home {
+        path: path.to_path_buf(),
+        op: "open (no flushpoint home here; run `flushpoint sync --home` to create one)",
+        source: std::io::Error::from(std::io::ErrorKind::NotFound),
+    })
+}
+
 fn home_err(path: &Path, op: &'static str) -> impl FnOnce(std::io::Error) -> Error {
     let path = path.to_path_buf();
     move |source| Error::Home { path, op, source }
@@ -296,17 +313,40 @@ impl Home {
     /// Opens an existing home only (on the engine it records); a missing directory is an
     /// error.
     pub fn open_existing(path: &Path) -> Result<Home> {
-        if !StdFs
-            .exists(&path.join(FORMAT_FILE))
-            .map_err(home_err(path, "stat FORMAT"))?
-        {
-            return Err(Error::Home {
-                path: path.to_path_buf(),
-                op: "open (no flushpoint home here; run `flushpoint sync --home` to create one)",
-                source: std::io::Error::from(std::io::ErrorKind::NotFound),
-            });
-        }
-        Self::open(path)
+        Self::open_existing_on(Arc::new(StdFs), path, HomeOptions::default())
+    }
+
+    /// Opens an existing home without writing to it: every file is opened read-only, and
+    /// whatever the open and the caller write — redb's headers, a journal recovery, a
+    /// handshake's repair, a rollback — is kept in memory ([`ScratchFs`], at most
+    /// [`crate::SCRATCH_BYTES_MAX`]) and dropped with the `Home`. For deciding whether a
+    /// command refuses before opening the home for writing, and for reading a home as it
+    /// is on disk. The lock is taken on the real `LOCK` file: a home a writer holds is
+    /// [`Error::HomeLocked`], and no writer opens it meanwhile.
+    ///
+    /// A directory without a home is an error (nothing is created). `options` as
+    /// [`Home::open_with`]; a journal home prepares no spare segment.
+    pub fn open_read_only(path: &Path, options: impl Into<HomeOptions>) -> Result<Home> {
+        let mut options = options.into();
+        options.journal.prepare_segments = false;
+        Self::open_existing_on(Self::read_only_fs(), path, options)
+    }
+
+    /// A fresh copy-on-write layer over the real file system: what
+    /// [`Home::open_read_only`] opens a home on.
+    pub fn read_only_fs() -> Arc<dyn FileSystem> {
+        Arc::new(ScratchFs::over(Arc::new(StdFs)))
+    }
+
+    /// As [`Home::open_on`], for a home that exists: a missing `FORMAT` is an error and
+    /// nothing is created.
+    fn open_existing_on(
+        fs: Arc<dyn FileSystem>,
+        path: &Path,
+        options: HomeOptions,
+    ) -> Result<Home> {
+        require_home(&*fs, path)?;
+        Self::open_on(fs, path, options)
     }
 
     /// As [`Home::open`], with options: [`HomeOptions`] (the engine to create or insist

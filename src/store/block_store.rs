@@ -471,6 +471,25 @@ impl<B: ChainBlock> BlockStore<B> {
         Ok(())
     }
 
+    /// The highest height any block record (meta, part, canonical or seen commit) is
+    /// stored at; `None` when there is none.
+    pub fn highest_stored_height(&self) -> Result<Option<u64>> {
+        let mut highest = None;
+        for prefix in [
+            keys::BLOCK_META,
+            keys::BLOCK_PART,
+            keys::BLOCK_COMMIT,
+            keys::SEEN_COMMIT,
+        ] {
+            let r = KeyRange::prefix(&[prefix]);
+            if let Some(item) = self.db.range(r, Direction::Reverse)?.next() {
+                let (k, _) = item?;
+                highest = highest.max(keys::height_of(&k));
+            }
+        }
+        Ok(highest)
+    }
+
     /// The lowest height with a stored meta (pruning may have left blocks below `base`).
     fn lowest_stored(&self) -> Result<Option<u64>> {
         let r = KeyRange::prefix(&[keys::BLOCK_META]);

@@ -175,8 +175,13 @@ fn held_share(usage: &flushpoint::JournalUsage, k: &flushpoint::KeyspaceUsage) -
 pub fn run(a: &InspectArgs) -> CliResult<()> {
     let home_path = super::resolve_home(a.home.as_deref());
     let err = |e: flushpoint::Error| describe(&e, &home_path);
-    // Not `Home::open`: it would finish an interrupted rollback, and inspect writes nothing.
-    let home = Home::open_for_rollback(&home_path).map_err(err)?;
+    // Read-only, and not `Home::open`: an interrupted rollback is shown as it is.
+    let home = Home::open_for_rollback_on(
+        Home::read_only_fs(),
+        &home_path,
+        flushpoint::HomeOptions::default(),
+    )
+    .map_err(err)?;
     let rollback_in_progress = flushpoint::pending_rollback(&home).map_err(err)?;
     let (heights, observed, state, app_hash) = durable_heights(&home).map_err(err)?;
     let base = BlockStore::<flushpoint::demo::Block>::open(

@@ -11,6 +11,7 @@ mod out;
 mod rollback;
 mod sync;
 mod sync_summary;
+mod verify;
 
 use std::path::{Path, PathBuf};
 
@@ -56,6 +57,9 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Roll a home's block store and state back to a height.
     Rollback(rollback::RollbackArgs),
+    /// Read every record and part of a home, check every checksum, pointer and
+    /// cross-reference, and report what is damaged (read-only; exit 1 if anything is).
+    Verify(verify::VerifyArgs),
 }
 
 /// Storage engine of a new home (mirrors `flushpoint::HomeEngine`; ADR 0012).
@@ -299,6 +303,7 @@ pub fn run() -> i32 {
         Command::CrashTest(a) => crash::run(&a),
         Command::Inspect(a) => inspect::run(&a),
         Command::Rollback(a) => rollback::run(&a),
+        Command::Verify(a) => verify::run(&a),
     };
     match (result, out::failure()) {
         // The command stopped on a failed write to stdout or stderr: a closed pipe exits

@@ -43,7 +43,7 @@ fn open_app(home: &Home) -> flushpoint::Result<KvApp<Arc<dyn Db>>> {
 
 /// `--repair`: runs the handshake (and its repair) when the home has a repairable shape and
 /// no interrupted rollback (whose half-lowered shape the handshake would undo).
-fn repair(home: &Home) -> flushpoint::Result<()> {
+fn repair(home: &Home, print: bool) -> flushpoint::Result<()> {
     if flushpoint::pending_rollback(home)?.is_some() {
         return Ok(());
     }
@@ -71,29 +71,47 @@ fn repair(home: &Home) -> flushpoint::Result<()> {
             spec.chain(),
             Box::new(NoEvents),
         )?;
-        outln!("{}", super::sync::handshake_text(&report));
+        if print {
+            outln!("{}", super::sync::handshake_text(&report));
+        }
         node.stop(std::time::Instant::now())?;
     }
     Ok(())
 }
 
-/// Runs `flushpoint rollback`.
-pub fn run(a: &RollbackArgs) -> CliResult<()> {
-    let home_path = super::resolve_home(a.home.as_deref());
-    let err = |e: Error| describe(&e, &home_path);
-    let h = a.to;
-    let home = Home::open_for_rollback(&home_path).map_err(err)?;
+/// Opens the home on `fs` and runs the rollback (`--repair` first); prints what the repair
+/// did when `print`.
+fn roll(
+    home_path: &std::path::Path,
+    a: &RollbackArgs,
+    fs: Arc<dyn flushpoint::FileSystem>,
+    print: bool,
+) -> flushpoint::Result<flushpoint::RollbackReport> {
+    let home = Home::open_for_rollback_on(fs, home_path, flushpoint::HomeOptions::default())?;
     if a.repair {
-        repair(&home).map_err(err)?;
+        repair(&home, print)?;
     }
-    let mut app = open_app(&home).map_err(err)?;
-    let shown = home_path.display();
-    let r = match flushpoint::rollback(
+    let mut app = open_app(&home)?;
+    flushpoint::rollback(
         &home,
         &mut app,
         &ChainSpec::new(1, flushpoint::demo::Profile::Light).chain(),
-        h,
-    ) {
+        a.to,
+    )
+}
+
+/// Runs `flushpoint rollback`.
+pub fn run(a: &RollbackArgs) -> CliResult<()> {
+    let home_path = super::resolve_home(a.home.as_deref());
+    let h = a.to;
+    let shown = home_path.display();
+    // First on a read-only open: a refusal (or nothing to do) leaves every file as it was;
+    // only a rollback that goes through opens the home for writing and runs again.
+    let mut outcome = roll(&home_path, a, Home::read_only_fs(), false);
+    if matches!(&outcome, Ok(r) if !r.nothing_to_do || a.repair) {
+        outcome = roll(&home_path, a, Arc::new(flushpoint::StdFs), true);
+    }
+    let r = match outcome {
         Ok(r) => r,
         Err(e) => {
             return Err(match &e {

@@ -394,6 +394,48 @@ fn stop_on_cut(
     Err(CliError::output_cut())
 }
 
+/// The refusal of a home above the run's target.
+fn above_target(home: &std::path::Path, height: u64, target: u64) -> CliError {
+    CliError::usage(format!(
+        "home {} is at height {height}, above this run's target {target}: use larger --blocks/--consensus-blocks, or `flushpoint rollback`",
+        home.display(),
+    ))
+}
+
+/// Why [`refuse_read_only`] refused.
+enum Refusal {
+    Home(flushpoint::Error),
+    Cli(CliError),
+}
+
+/// Decides, on a read-only open of an existing home, what the run would refuse once the
+/// home is open — another engine, a damaged home, another chain's genesis, a home above
+/// `target` — so that a refusal leaves every file as it was (a writable open rewrites
+/// redb's headers and a journal's recovery state first). `Ok` when there is no home yet.
+fn refuse_read_only(
+    home_path: &std::path::Path,
+    options: &HomeOptions,
+    spec: &ChainSpec,
+    target: u64,
+) -> Result<(), Refusal> {
+    let format = home_path.join("FORMAT");
+    if !format.try_exists().unwrap_or(true) {
+        return Ok(());
+    }
+    let home = Home::open_read_only(home_path, options).map_err(Refusal::Home)?;
+    let (node, _) = Node::open_home(
+        home,
+        |db| Ok(Box::new(KvApp::open(Arc::new(HoldingDb::new(db)))?)),
+        spec.chain(),
+        Box::new(NoEvents),
+    )
+    .map_err(Refusal::Home)?;
+    if node.height() > target {
+        return Err(Refusal::Cli(above_target(home_path, node.height(), target)));
+    }
+    Ok(())
+}
+
 /// Runs `flushpoint sync`.
 pub fn run(a: &SyncArgs) -> CliResult<()> {
     let home_path = super::resolve_home(a.home.as_deref());
@@ -413,6 +455,10 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     if let Some(p) = &probe {
         p.mark("recovery-begin");
     }
+    refuse_read_only(&home_path, &options, &spec, target).map_err(|e| match e {
+        Refusal::Home(e) => err(e),
+        Refusal::Cli(e) => e,
+    })?;
     let home = Home::open_with(&home_path, options).map_err(err)?;
     if let Some(p) = &probe {
         // What the handshake is about to find (read-only), so a kill during the repair
@@ -511,11 +557,7 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
         }
     }
     if node.height() > target {
-        return Err(CliError::usage(format!(
-            "home {} is at height {}, above this run's target {target}: use larger --blocks/--consensus-blocks, or `flushpoint rollback`",
-            home_path.display(),
-            node.height()
-        )));
+        return Err(above_target(&home_path, node.height(), target));
     }
 
     let start_height = node.height();
