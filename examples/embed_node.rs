@@ -1,11 +1,12 @@
 //! Embedding flushpoint: the life of a node's persistence, end to end.
 //!
 //! Run with `cargo run --release --example embed_node`. It
-//! 1. opens a home (three redb databases under one locked directory) and a node that owns it;
+//! 1. opens a home (the default engine: one journal holding the three databases, under one
+//!    locked directory) and a node that owns it;
 //! 2. block-syncs 3,000 blocks with deferred writes (flush points every second, above
 //!    64 MiB, at the switch to consensus);
-//! 3. switches to consensus and commits 10 blocks, one synced batch per database write,
-//!    asserting the fsyncs per block the way an embedder's CI would;
+//! 3. switches to consensus and commits 10 blocks, each one synced journal unit, asserting
+//!    the fsyncs per block the way an embedder's CI would;
 //! 4. stops, reopens (the handshake finds the home consistent) and reads blocks back by
 //!    height and hash from the durable view.
 //!
@@ -17,15 +18,23 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use flushpoint::demo::{ChainSpec, KvApp, Profile};
-use flushpoint::{Db, FlushPolicy, HandshakeCase, HoldingDb, Home, NoEvents, Node, ReadView};
+use flushpoint::{
+    Db, FlushPolicy, HandshakeCase, HoldingDb, Home, HomeEngine, NoEvents, Node, ReadView,
+};
 
 /// Blocks block-synced before the switch to consensus.
 const SYNC_BLOCKS: u64 = 3_000;
 /// Blocks committed in consensus mode afterwards.
 const CONSENSUS_BLOCKS: u64 = 10;
-/// Synced database writes per consensus block: the block (meta, parts, commits, height
-/// record: one batch), the results, the app's commit, the state.
-const SYNCED_WRITES_PER_CONSENSUS_BLOCK: u64 = 4;
+/// `sync_data` calls per consensus block on the home's engine: on the journal, the block's
+/// four database writes (the block, the results, the app's commit, the state) are one unit
+/// and one `sync_data` of its segment; on redb, one commit and one `sync_data` per write.
+fn syncs_per_consensus_block(engine: HomeEngine) -> u64 {
+    match engine {
+        HomeEngine::Redb => 4,
+        _ => 1,
+    }
+}
 
 fn open(
     dir: &Path,
@@ -41,14 +50,18 @@ fn open(
     Ok((node, report.case))
 }
 
-/// `sync_data` calls the home's three database files have made so far.
+/// `sync_data` calls the home's files have made so far: the journal's segments, or the
+/// three redb files.
 fn home_syncs(node: &Node<flushpoint::demo::DemoChain>) -> u64 {
     let home = node.home().expect("opened with open_home");
-    home.redb_dbs()
-        .expect("a new home is a redb home")
-        .iter()
-        .map(|db| db.backend_counts().sync_data_calls)
-        .sum()
+    match (home.journal(), home.redb_dbs()) {
+        (Some(journal), _) => journal.counts().journal_sync_data_calls,
+        (None, Some(dbs)) => dbs
+            .iter()
+            .map(|db| db.backend_counts().sync_data_calls)
+            .sum(),
+        (None, None) => unreachable!("a home is on one of the two engines"),
+    }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -85,14 +98,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(node.durable_height(), SYNC_BLOCKS);
 
     // 3. Consensus: every block durable when commit_block returns. Count the fsyncs as an
-    // embedder's CI would: each synced write is one redb commit, one sync_data call.
+    // embedder's CI would.
+    let engine = node.home().expect("opened with open_home").engine();
+    let expected = syncs_per_consensus_block(engine);
     let before = home_syncs(&node);
     let (block, parts, seen_commit) = spec.next_block(node.state());
     node.commit_block(&block, &parts, &seen_commit)?;
     let per_block = home_syncs(&node) - before;
     assert_eq!(
-        per_block, SYNCED_WRITES_PER_CONSENSUS_BLOCK,
-        "sync_data calls for one consensus block"
+        per_block, expected,
+        "sync_data calls for one consensus block on the {engine} engine"
     );
     let before = home_syncs(&node);
     for _ in 1..CONSENSUS_BLOCKS {
@@ -106,7 +121,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "every consensus block costs the same fsyncs"
     );
     println!(
-        "consensus: {CONSENSUS_BLOCKS} blocks, {SYNCED_WRITES_PER_CONSENSUS_BLOCK} synced writes and {per_block} sync_data calls each"
+        "consensus: {CONSENSUS_BLOCKS} blocks on the {engine} engine, {per_block} sync_data call(s) each"
     );
     let tip = node.height();
     let tip_hash = node

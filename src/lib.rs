@@ -19,7 +19,8 @@
 //! # Example
 //!
 //! A node over three databases (in memory here; [`Home`] and [`Node::open_home`] give the
-//! on-disk redb home), block-syncing with deferred writes, then committing in consensus:
+//! on-disk home, on the journal engine by default), block-syncing with deferred writes, then
+//! committing in consensus:
 //!
 //! ```
 //! use std::sync::Arc;
@@ -102,7 +103,9 @@ pub use fs::{
     SimFault, SimFile, SimFs, SimOp, SimStats, StdFile, StdFs, create_dir_all_durably,
 };
 pub use holding::{FrozenWindow, HeldStore, HeldWrite, HoldingDb};
-pub use home::{HOME_FORMAT_VERSION, Home, HomeEngine, HomeOptions, JOURNAL_DIR};
+pub use home::{
+    HOME_ENGINE_DEFAULT, HOME_FORMAT_VERSION, Home, HomeEngine, HomeOptions, JOURNAL_DIR,
+};
 pub use journal::{
     APPLY_BATCH_DELAY, APPLY_WHILE_SYNCING_BYTES_MIN, Applier, CHECKPOINT_BYTES,
     CHECKPOINT_INTERVAL, INDEX_CACHE_BYTES, INDEX_FILE, JournalCounts, JournalDb, JournalEngine,

@@ -114,9 +114,29 @@ fn a_journal_home_records_its_engine_and_reopens_on_it_unasked() {
         Home::open_existing(&path).unwrap().engine(),
         HomeEngine::Journal
     );
-    // A redb home is created as before: FORMAT byte for byte as format 2 always was.
+    // A new home asked for redb is created as before: FORMAT byte for byte as format 2
+    // always was. Unasked, a new home is a journal home (HOME_ENGINE_DEFAULT).
     let redb = dir.path().join("redb");
-    assert_eq!(Home::open(&redb).unwrap().engine(), HomeEngine::Redb);
+    assert_eq!(
+        Home::open_with(&redb, HomeOptions::with_engine(HomeEngine::Redb))
+            .unwrap()
+            .engine(),
+        HomeEngine::Redb
+    );
+    let unasked = dir.path().join("unasked");
+    assert_eq!(Home::open(&unasked).unwrap().engine(), HomeEngine::Journal);
+    assert_eq!(flushpoint::HOME_ENGINE_DEFAULT, HomeEngine::Journal);
+    // Options made from redb's: a new home on redb, an existing one on its own engine.
+    let from_redb = dir.path().join("from_redb");
+    let redb_options = flushpoint::RedbOptions::default();
+    assert_eq!(
+        Home::open_with(&from_redb, &redb_options).unwrap().engine(),
+        HomeEngine::Redb
+    );
+    assert_eq!(
+        Home::open_with(&path, &redb_options).unwrap().engine(),
+        HomeEngine::Journal
+    );
     assert_eq!(
         std::fs::read_to_string(redb.join("FORMAT")).unwrap(),
         "flushpoint home format 2\n"
@@ -371,7 +391,7 @@ fn a_journal_home_with_app_runs_records_them_matches_the_tree_and_refuses_the_ot
     let redb_home = dir.path().join("redb");
     let redb_runs = HomeOptions {
         app_index: Some(flushpoint::KeyspaceIndex::Runs),
-        ..HomeOptions::default()
+        ..HomeOptions::with_engine(HomeEngine::Redb)
     };
     assert!(matches!(
         Home::open_with(&redb_home, redb_runs),

@@ -20,13 +20,20 @@ use std::time::Instant;
 
 use flushpoint::demo::{ChainSpec, KvApp, Profile};
 use flushpoint::{
-    Db, Error, ErrorKind, HOME_FORMAT_VERSION, HoldingDb, Home, NoEvents, Node, RedbDb, RedbOptions,
+    Db, Error, ErrorKind, HOME_FORMAT_VERSION, HoldingDb, Home, HomeEngine, HomeOptions, NoEvents,
+    Node, RedbDb, RedbOptions,
 };
 
 /// Environment variable naming the home the child process must try to open.
 const CHILD_HOME_ENV: &str = "FLUSHPOINT_TEST_CHILD_HOME";
 /// Prefix of the child's one-line report on stdout.
 const REPORT: &str = "home-probe:";
+
+/// A new home on redb: the engine whose files these tests name (a new home unasked is a
+/// journal home, `HOME_ENGINE_DEFAULT`).
+fn open_redb(path: &Path) -> flushpoint::Result<Home> {
+    Home::open_with(path, HomeOptions::with_engine(HomeEngine::Redb))
+}
 
 fn expect_locked(r: flushpoint::Result<Home>, path: &Path) {
     match r {
@@ -41,10 +48,10 @@ fn expect_locked(r: flushpoint::Result<Home>, path: &Path) {
 }
 
 #[test]
-fn fresh_home_has_format_lock_and_three_databases() {
+fn fresh_redb_home_has_format_lock_and_three_databases() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("home");
-    let home = Home::open(&path).unwrap();
+    let home = open_redb(&path).unwrap();
     assert_eq!(home.path(), path);
     let format = std::fs::read_to_string(path.join("FORMAT")).unwrap();
     assert_eq!(
@@ -149,7 +156,7 @@ fn child_probe_opens_home_from_env() {
 fn home_with_another_format_version_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_path_buf();
-    drop(Home::open(&path).unwrap());
+    drop(open_redb(&path).unwrap());
     let db_file = path.join("blockstore.redb");
     let db_before = std::fs::read(&db_file).unwrap();
     for found in [0, HOME_FORMAT_VERSION + 1, 1_000] {

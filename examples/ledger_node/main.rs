@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use flushpoint::{
-    ChainBlock, ChainState, Db, FlushPolicy, HandshakeCase, HoldingDb, Home, NoEvents, Node,
-    ReadView,
+    ChainBlock, ChainState, Db, FlushPolicy, HandshakeCase, HoldingDb, Home, HomeEngine, NoEvents,
+    Node, ReadView,
 };
 use ledger::{ACCOUNTS, GENESIS_BALANCE, Ledger, LedgerApp};
 
@@ -26,9 +26,15 @@ use ledger::{ACCOUNTS, GENESIS_BALANCE, Ledger, LedgerApp};
 const SYNC_BLOCKS: u64 = 2_000;
 /// Blocks committed in consensus mode afterwards.
 const CONSENSUS_BLOCKS: u64 = 10;
-/// Synced database writes per consensus block: the block, the results, the app's commit,
-/// the state.
-const SYNCED_WRITES_PER_CONSENSUS_BLOCK: u64 = 4;
+/// `sync_data` calls per consensus block on the home's engine: the block's four database
+/// writes (the block, the results, the app's commit, the state) are one journal unit and one
+/// `sync_data` on the journal (the default engine), four commits on redb.
+fn syncs_per_consensus_block(engine: HomeEngine) -> u64 {
+    match engine {
+        HomeEngine::Redb => 4,
+        _ => 1,
+    }
+}
 
 fn open(dir: &Path, chain: &Ledger) -> flushpoint::Result<(Node<Ledger>, HandshakeCase)> {
     let home = Home::open(dir)?;
@@ -41,14 +47,18 @@ fn open(dir: &Path, chain: &Ledger) -> flushpoint::Result<(Node<Ledger>, Handsha
     Ok((node, report.case))
 }
 
-/// `sync_data` calls the home's three database files have made so far.
+/// `sync_data` calls the home's files have made so far: the journal's segments, or the
+/// three redb files.
 fn home_syncs(node: &Node<Ledger>) -> u64 {
     let home = node.home().expect("opened with open_home");
-    home.redb_dbs()
-        .expect("a new home is a redb home")
-        .iter()
-        .map(|db| db.backend_counts().sync_data_calls)
-        .sum()
+    match (home.journal(), home.redb_dbs()) {
+        (Some(journal), _) => journal.counts().journal_sync_data_calls,
+        (None, Some(dbs)) => dbs
+            .iter()
+            .map(|db| db.backend_counts().sync_data_calls)
+            .sum(),
+        (None, None) => unreachable!("a home is on one of the two engines"),
+    }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -74,7 +84,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         node.deferred().flush_points
     );
 
-    // Consensus: each block durable when `commit_block` returns, 4 synced writes.
+    // Consensus: each block durable when `commit_block` returns, its syncs counted.
+    let engine = node.home().expect("opened with open_home").engine();
+    let per_block = syncs_per_consensus_block(engine);
     for _ in 0..CONSENSUS_BLOCKS {
         let before = home_syncs(&node);
         let (block, parts, seen) = chain.next_block(node.state());
@@ -82,7 +94,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let syncs = home_syncs(&node) - before;
         assert_eq!(
             syncs,
-            SYNCED_WRITES_PER_CONSENSUS_BLOCK,
+            per_block,
             "fsyncs for consensus block {}",
             block.height()
         );
@@ -123,7 +135,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .sum();
     assert_eq!(total, GENESIS_BALANCE * u64::from(ACCOUNTS));
     println!(
-        "reopened at {tip}: {CONSENSUS_BLOCKS} consensus blocks at {SYNCED_WRITES_PER_CONSENSUS_BLOCK} fsyncs each, balances conserved"
+        "reopened at {tip} ({engine} home): {CONSENSUS_BLOCKS} consensus blocks at {per_block} sync_data each, balances conserved"
     );
     drop(node);
     std::fs::remove_dir_all(&dir)?;

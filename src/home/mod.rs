@@ -53,15 +53,22 @@ pub const JOURNAL_DIR: &str = "journal";
 /// keyspaces, in flush order.
 const DB_NAMES: [&str; 3] = ["block store", "state", "app"];
 
+/// The engine of a new home when none is asked for. Why the journal: one sync per
+/// consensus block and block sync near its in-memory floor (ADR 0012); a damaged journal
+/// home is refused or repaired like a redb one (`tests/damaged_home.rs`). A redb home opens
+/// on redb, as its `FORMAT` records.
+pub const HOME_ENGINE_DEFAULT: HomeEngine = HomeEngine::Journal;
+
 /// The storage engine a home's databases live on, chosen when the home is created and
 /// recorded in its `FORMAT` file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum HomeEngine {
-    /// Three redb files, `blockstore.redb`, `state.redb`, `app.redb` (the default).
+    /// Three redb files, `blockstore.redb`, `state.redb`, `app.redb`.
     Redb,
-    /// One [`JournalEngine`] in `journal/`, keyspaces `block store`, `state`, `app`.
+    /// One [`JournalEngine`] in `journal/`, keyspaces `block store`, `state`, `app` (the
+    /// default for a new home, [`HOME_ENGINE_DEFAULT`]).
     Journal,
 }
 
@@ -92,6 +99,13 @@ impl HomeEngine {
     }
 }
 
+impl Default for HomeEngine {
+    /// [`HOME_ENGINE_DEFAULT`].
+    fn default() -> HomeEngine {
+        HOME_ENGINE_DEFAULT
+    }
+}
+
 impl std::fmt::Display for HomeEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -102,9 +116,12 @@ impl std::fmt::Display for HomeEngine {
 #[derive(Debug, Clone, Default)]
 pub struct HomeOptions {
     /// The engine asked for: `None` opens an existing home on the engine it records and
-    /// creates a new one on [`HomeEngine::Redb`]; `Some(e)` creates a new home on `e` and
+    /// creates a new one on `new_home_engine`; `Some(e)` creates a new home on `e` and
     /// refuses an existing home recorded with another engine ([`Error::HomeEngine`]).
     pub engine: Option<HomeEngine>,
+    /// The engine of a new home when `engine` is `None`: [`HOME_ENGINE_DEFAULT`], or redb
+    /// for options made from [`RedbOptions`]. An existing home ignores it.
+    pub new_home_engine: HomeEngine,
     /// Options of the three redb databases (redb engine).
     pub redb: RedbOptions,
     /// Options of the journal engine (journal engine).
@@ -132,6 +149,7 @@ impl From<&RedbOptions> for HomeOptions {
     /// The recorded engine (redb for a new home), with these redb options.
     fn from(redb: &RedbOptions) -> HomeOptions {
         HomeOptions {
+            new_home_engine: HomeEngine::Redb,
             redb: redb.clone(),
             ..HomeOptions::default()
         }
@@ -302,7 +320,7 @@ fn home_err(path: &Path, op: &'static str) -> impl FnOnce(std::io::Error) -> Err
 
 impl Home {
     /// Creates (if needed) and opens the home at `path`, taking its lock: an existing home
-    /// on the engine it records, a new one on redb.
+    /// on the engine it records, a new one on [`HOME_ENGINE_DEFAULT`].
     ///
     /// Fails at once with [`Error::HomeLocked`] if another handle holds it, and with
     /// [`Error::HomeVersion`] if it was written by another format version.
@@ -405,7 +423,13 @@ impl Home {
             parts_in_journal,
             app_runs,
             app_values_in_journal,
-        } = Self::check_format(&*fs, path, options.engine, options.app_index)?;
+        } = Self::check_format(
+            &*fs,
+            path,
+            options.engine.unwrap_or(options.new_home_engine),
+            options.engine.is_some(),
+            options.app_index,
+        )?;
         let storage = match engine {
             HomeEngine::Redb => {
                 let open = |file: &str, name: &str| -> Result<Arc<RedbDb>> {
@@ -506,13 +530,14 @@ impl Home {
         })
     }
 
-    /// Reads `FORMAT` (version and engine) and checks `asked` and `app_index` against it;
-    /// for a new home, writes it durably, recording `asked` (redb when `None`) and the app
-    /// index asked.
+    /// Reads `FORMAT` (version and engine) and checks the engine (when `engine_asked`) and
+    /// `app_index` against it; for a new home, writes it durably, recording `engine` and the
+    /// app index asked.
     fn check_format(
         fs: &dyn FileSystem,
         path: &Path,
-        asked: Option<HomeEngine>,
+        engine: HomeEngine,
+        engine_asked: bool,
         app_index: Option<KeyspaceIndex>,
     ) -> Result<Recorded> {
         let app_runs_asked = app_index.map(|i| i == KeyspaceIndex::Runs);
@@ -587,14 +612,14 @@ impl Home {
                         ),
                     });
                 }
-                match asked {
-                    Some(requested) if requested != recorded.engine => Err(Error::HomeEngine {
+                if engine_asked && engine != recorded.engine {
+                    return Err(Error::HomeEngine {
                         path: path.to_path_buf(),
                         recorded: recorded.engine,
-                        requested,
-                    }),
-                    _ => check_app(recorded),
+                        requested: engine,
+                    });
                 }
+                check_app(recorded)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // FORMAT is durable before any database is created: databases without it
@@ -605,9 +630,8 @@ impl Home {
                         problem: format!("it has no FORMAT file, but it holds {files}"),
                     });
                 }
-                let engine = asked.unwrap_or(HomeEngine::Redb);
                 // A new journal home indexes its app by runs unless asked otherwise (ADR 0014:
-                // measured faster at 10k and 300k light blocks, fourteenth session).
+                // faster at 10k and 300k light blocks).
                 let app_runs = app_runs_asked.unwrap_or(engine == HomeEngine::Journal);
                 // Refused before the FORMAT is written: nothing is.
                 check_app(Recorded {

@@ -21,7 +21,8 @@ use flushpoint::demo::DemoHistory;
 use flushpoint::demo::{ChainSpec, KvApp, Profile, Tx};
 use flushpoint::{
     Batch, BlockStore, CountingDb, Db, DbIter, Direction, Durability, FlushPolicy, HoldingDb, Home,
-    KeyRange, MemoryDb, Mode, NoEvents, Node, Op, RedbOptions, StateStore, SyncCounters,
+    HomeEngine, HomeOptions, KeyRange, MemoryDb, Mode, NoEvents, Node, Op, RedbOptions, StateStore,
+    SyncCounters,
 };
 
 use crate::check::{Outcome, check};
@@ -195,7 +196,9 @@ fn open_dbs(mode: FpMode, dir: &Path) -> Result<Dbs, String> {
             Some(m),
         )
     } else {
-        let home = Home::open(dir).map_err(fp_err("open home"))?;
+        // The `fp-*` rows are redb's; the journal (the default engine) has its own rows.
+        let home = Home::open_with(dir, HomeOptions::with_engine(HomeEngine::Redb))
+            .map_err(fp_err("open home"))?;
         (
             [
                 home.block_store_db.clone() as Arc<dyn Db>,
@@ -227,7 +230,7 @@ fn open_dbs(mode: FpMode, dir: &Path) -> Result<Dbs, String> {
     })
 }
 
-/// A bench home's three redb databases (the benches open redb homes: `Home::open`).
+/// A bench home's three redb databases (the `fp-*` rows open redb homes).
 fn redb_dbs(home: &Home) -> Result<[&Arc<flushpoint::RedbDb>; 3], String> {
     home.redb_dbs()
         .ok_or_else(|| format!("home {} is not a redb home", home.path().display()))

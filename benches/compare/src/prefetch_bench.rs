@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use flushpoint::demo::{Block, ChainSpec, Header, KvApp, Profile, Tx, account_key};
 use flushpoint::{
-    App, Db, FlushPolicy, HoldingDb, Home, NoEvents, Node, PrefetchPool, RedbDb, RedbOptions,
+    App, Db, FlushPolicy, HoldingDb, Home, HomeEngine, HomeOptions, NoEvents, Node, PrefetchPool,
+    RedbDb, RedbOptions,
 };
 
 use crate::sys::ProcIo;
@@ -318,7 +319,8 @@ fn cold(a: &PrefetchArgs) -> Result<bool, String> {
 
 fn warm_run(dir: &Path, prefetch: bool, blocks: u64) -> Result<f64, String> {
     let _ = std::fs::remove_dir_all(dir);
-    let home = Home::open(dir).map_err(|e| e.to_string())?;
+    let home = Home::open_with(dir, HomeOptions::with_engine(HomeEngine::Redb))
+        .map_err(|e| e.to_string())?;
     let pool =
         PrefetchPool::new(flushpoint::PREFETCH_WORKERS_DEFAULT).map_err(|e| e.to_string())?;
     let spec = ChainSpec {

@@ -62,7 +62,7 @@ pub struct CrashArgs {
     #[arg(long, value_enum, default_value_t = ProfileArg::Light)]
     pub profile: ProfileArg,
     /// Storage engine of the test homes (every child runs `sync --engine` with it).
-    #[arg(long, value_enum, default_value_t = EngineArg::Redb)]
+    #[arg(long, value_enum, default_value_t = EngineArg::Journal)]
     pub engine: EngineArg,
     /// A flush point every this many blocks in the children (more flush points to hit).
     #[arg(long, default_value_t = 25)]

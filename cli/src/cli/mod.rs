@@ -65,9 +65,10 @@ enum Command {
 /// Storage engine of a new home (mirrors `flushpoint::HomeEngine`; ADR 0012).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum EngineArg {
-    /// Three redb files (the default for a new home).
+    /// Three redb files.
     Redb,
-    /// One journal: the three databases as keyspaces of one journal engine (ADR 0008).
+    /// One journal: the three databases as keyspaces of one journal engine (ADR 0008; the
+    /// default for a new home).
     Journal,
 }
 

@@ -76,7 +76,7 @@ pub struct SyncArgs {
     /// Seed of the synthetic chain.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Storage engine of a new home [default: redb]. Chosen only when the home is created:
+    /// Storage engine of a new home [default: journal]. Chosen only when the home is created:
     /// an existing home keeps its own, and naming another is refused.
     #[arg(long, value_enum)]
     pub engine: Option<EngineArg>,
