@@ -46,7 +46,7 @@ fn a_redb_file_that_is_not_a_database_is_named_damaged() {
     let dir = tempfile::tempdir().unwrap();
     for file in ["blockstore.redb", "state.redb", "app.redb"] {
         let home = dir.path().join(file);
-        sync_json(&home, 30, 2, 1);
+        sync_json_on(&home, Some("redb"), 30, 2, 1);
         damage(&home.join(file), 0, 16);
         let path = home.join(file);
         assert_damage_advice(&home, &[path.to_str().unwrap(), "is damaged"]);
@@ -57,7 +57,7 @@ fn a_redb_file_that_is_not_a_database_is_named_damaged() {
 fn a_home_whose_format_does_not_match_its_files_says_restore() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
-    sync_json(&home, 30, 2, 1);
+    sync_json_on(&home, Some("redb"), 30, 2, 1);
     let format = std::fs::read_to_string(home.join("FORMAT")).unwrap();
     std::fs::write(home.join("FORMAT"), format + "engine journal\n").unwrap();
     assert_damage_advice(&home, &[]);

@@ -74,8 +74,15 @@ fn sync_engine_journal_creates_a_journal_home_that_later_syncs_resume_on() {
     let again = json(&sync_engine(&home, None, 60));
     assert_eq!(again["engine"], "journal");
     assert_eq!(again["handshake"]["case"], "consistent");
-    let redb = json(&sync_engine(&dir.path().join("redb"), None, 60));
+    let redb = json(&sync_engine(&dir.path().join("redb"), Some("redb"), 60));
     assert_eq!(redb["engine"], "redb");
+    // A redb home resumes on redb unasked; a new home unasked is a journal home (the
+    // default engine).
+    let redb_again = json(&sync_engine(&dir.path().join("redb"), None, 60));
+    assert_eq!(redb_again["engine"], "redb");
+    assert_eq!(redb_again["handshake"]["case"], "consistent");
+    let unasked = json(&sync_engine(&dir.path().join("unasked"), None, 10));
+    assert_eq!(unasked["engine"], "journal");
     assert!(redb["journal"].is_null());
     assert_eq!(again["heights"], redb["heights"]);
     assert_eq!(again["app_hash"], redb["app_hash"]);

@@ -8,25 +8,33 @@ use cli_support::*;
 #[test]
 fn sync_json_ends_at_n_plus_m_and_resume_is_consistent() {
     let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let j = sync_json(&home, 40, 3, 9);
-    for k in ["block_store", "state", "app"] {
-        assert_eq!(j["heights"][k], 43, "{k} height: {j}");
-    }
-    assert_eq!(j["handshake"]["case"], "fresh");
-    assert_eq!(j["blocks"], 43);
-    assert!(j["flush_points"].as_u64().unwrap() >= 1);
-    assert!(j["blocks_per_s"].as_f64().unwrap() > 0.0);
-    // Consensus mode: save_block + results + app + state = 4 synced batches per block.
-    assert_eq!(j["fsyncs_per_block"]["consensus"], 4.0);
-    assert!(j["fsyncs_per_block"]["block_sync"].as_f64().unwrap() < 1.0);
-    assert_eq!(j["app_hash"].as_str().unwrap().len(), 64);
+    // Consensus mode: a journal home (the default) writes a block as one unit; a redb home
+    // as save_block + results + app + state = 4 synced batches.
+    for (engine, consensus_syncs) in [("journal", 1.0), ("redb", 4.0)] {
+        let home = dir.path().join(engine);
+        let j = sync_json_on(&home, Some(engine), 40, 3, 9);
+        assert_eq!(j["engine"], engine);
+        for k in ["block_store", "state", "app"] {
+            assert_eq!(j["heights"][k], 43, "{k} height: {j}");
+        }
+        assert_eq!(j["handshake"]["case"], "fresh");
+        assert_eq!(j["blocks"], 43);
+        assert!(j["flush_points"].as_u64().unwrap() >= 1);
+        assert!(j["blocks_per_s"].as_f64().unwrap() > 0.0);
+        assert_eq!(
+            j["fsyncs_per_block"]["consensus"], consensus_syncs,
+            "{engine}"
+        );
+        assert!(j["fsyncs_per_block"]["block_sync"].as_f64().unwrap() < 1.0);
+        assert_eq!(j["app_hash"].as_str().unwrap().len(), 64);
 
-    let again = sync_json(&home, 40, 3, 9);
-    assert_eq!(again["handshake"]["case"], "consistent");
-    assert_eq!(again["blocks"], 0);
-    assert_eq!(again["app_hash"], j["app_hash"]);
-    assert_eq!(again["heights"], j["heights"]);
+        let again = sync_json(&home, 40, 3, 9);
+        assert_eq!(again["engine"], engine);
+        assert_eq!(again["handshake"]["case"], "consistent");
+        assert_eq!(again["blocks"], 0);
+        assert_eq!(again["app_hash"], j["app_hash"]);
+        assert_eq!(again["heights"], j["heights"]);
+    }
 }
 
 #[test]
@@ -60,34 +68,41 @@ fn interrupted_sync_resumes_to_the_uncut_height_and_hash() {
 fn every_mode_reaches_the_same_app_hash() {
     let dir = tempfile::tempdir().unwrap();
     let mut hashes = Vec::new();
-    for mode in ["deferred", "per-block", "legacy", "no-sync"] {
-        let home = dir.path().join(mode);
-        let o = run(&[
-            "sync",
-            "--home",
-            home.to_str().unwrap(),
-            "--blocks",
-            "15",
-            "--consensus-blocks",
-            "2",
-            "--mode",
-            mode,
-            "--json",
-        ]);
-        assert!(o.status.success(), "{mode}: {}", stderr(&o));
-        let j: serde_json::Value =
-            serde_json::from_str(stdout(&o).lines().last().unwrap()).unwrap();
-        if mode == "legacy" {
-            assert_eq!(j["fsyncs_per_block"]["block_sync"], 5.0, "{j}");
+    // Synced writes per block-synced block of the per-block modes: the consensus path is
+    // one unit on a journal home, 4 synced batches on redb; the reference node's old path
+    // writes 5 synced batches on either.
+    for (engine, per_block, legacy) in [("journal", 1.0, 5.0), ("redb", 4.0, 5.0)] {
+        for mode in ["deferred", "per-block", "legacy", "no-sync"] {
+            let home = dir.path().join(format!("{engine}-{mode}"));
+            let o = run(&[
+                "sync",
+                "--home",
+                home.to_str().unwrap(),
+                "--blocks",
+                "15",
+                "--consensus-blocks",
+                "2",
+                "--mode",
+                mode,
+                "--engine",
+                engine,
+                "--json",
+            ]);
+            assert!(o.status.success(), "{engine} {mode}: {}", stderr(&o));
+            let j: serde_json::Value =
+                serde_json::from_str(stdout(&o).lines().last().unwrap()).unwrap();
+            if mode == "legacy" {
+                assert_eq!(j["fsyncs_per_block"]["block_sync"], legacy, "{j}");
+            }
+            if mode == "per-block" {
+                assert_eq!(j["fsyncs_per_block"]["block_sync"], per_block, "{j}");
+            }
+            if mode == "no-sync" {
+                assert_eq!(j["floor_only"], true);
+                assert_eq!(j["fsyncs_per_block"]["consensus"], 0.0);
+            }
+            hashes.push(j["app_hash"].clone());
         }
-        if mode == "per-block" {
-            assert_eq!(j["fsyncs_per_block"]["block_sync"], 4.0, "{j}");
-        }
-        if mode == "no-sync" {
-            assert_eq!(j["floor_only"], true);
-            assert_eq!(j["fsyncs_per_block"]["consensus"], 0.0);
-        }
-        hashes.push(j["app_hash"].clone());
     }
     assert!(hashes.windows(2).all(|w| w[0] == w[1]), "{hashes:?}");
 }

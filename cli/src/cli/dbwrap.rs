@@ -178,6 +178,9 @@ pub struct CliUnitGroup {
     downgrade_sync: bool,
     probe: Option<Arc<Probe>>,
     counters: Mutex<BTreeMap<String, Arc<UnitCounters>>>,
+    /// Units written synced (after `--mode no-sync`'s downgrade) that returned `Ok`: each is
+    /// one synced write of the journal, whichever members it holds.
+    synced_units: AtomicU64,
 }
 
 /// One member's share of the units written through a [`CliUnitGroup`] that returned `Ok`.
@@ -206,7 +209,13 @@ impl CliUnitGroup {
             downgrade_sync,
             probe,
             counters: Mutex::default(),
+            synced_units: AtomicU64::new(0),
         }
+    }
+
+    /// Units written synced so far (see the field).
+    pub fn synced_units(&self) -> u64 {
+        self.synced_units.load(Ordering::SeqCst)
     }
 
     /// The counters of member `name` (the same ones on every call).
@@ -240,6 +249,9 @@ impl CliUnitGroup {
             self.inner.write_unit(&mut wrapped, d)
         };
         if res.is_ok() {
+            if d == Durability::Synced {
+                self.synced_units.fetch_add(1, Ordering::SeqCst);
+            }
             for (name, b) in names.iter().zip(bytes) {
                 let c = self.counters(name);
                 c.units.fetch_add(1, Ordering::SeqCst);

@@ -360,11 +360,11 @@ fn journal_sync_data(home: &Home) -> u64 {
     })
 }
 
-/// Synced units of a journal home's engine so far (a unit writes all three databases at
-/// once; the per-database meters do not see it); 0 on redb.
-fn journal_units_synced(home: &Home) -> u64 {
-    home.journal()
-        .map_or(0, |j| j.counts().journal_sync_data_calls)
+/// Synced units written through the CLI's unit group so far (a unit writes the three
+/// databases at once, past the per-database meters; a synced batch of one keyspace is
+/// counted there, not here); 0 on redb.
+fn synced_units(group: Option<&CliUnitGroup>) -> u64 {
+    group.map_or(0, CliUnitGroup::synced_units)
 }
 
 /// The run's two targets: the last block-synced height (`initial_height - 1 + blocks`)
@@ -562,7 +562,7 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
 
     let start_height = node.height();
     let s0 = snap3(&meters);
-    let u0 = journal_units_synced(&home);
+    let u0 = synced_units(unit_group.as_deref());
     let j0 = journal_sync_data(&home);
     let t0 = Instant::now();
     let mut progress = Progress::new(start_height, target, a.json);
@@ -644,7 +644,7 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     let t1 = Instant::now();
     let h1 = node.height();
     let s1 = snap3(&meters);
-    let u1 = journal_units_synced(&home);
+    let u1 = synced_units(unit_group.as_deref());
 
     // Part 2: consensus, up to N + M.
     while node.height() < target {
@@ -666,7 +666,7 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
         );
     }
     let s2 = snap3(&meters);
-    let u2 = journal_units_synced(&home);
+    let u2 = synced_units(unit_group.as_deref());
     let flush_points = node.deferred().flush_points;
     let peak_held_bytes = node.deferred().peak_held_bytes;
     record(node.stop(Instant::now()).map_err(err)?);

@@ -28,20 +28,37 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// `sync --json` on `home`; returns the parsed summary.
+/// `sync --json` on `home` (a new home on the default engine, the journal); returns the
+/// parsed summary.
 pub fn sync_json(home: &Path, blocks: u64, consensus: u64, seed: u64) -> serde_json::Value {
-    let o = run(&[
+    sync_json_on(home, None, blocks, consensus, seed)
+}
+
+/// `sync --json` on `home` with `--engine engine` when `Some`; returns the parsed summary.
+pub fn sync_json_on(
+    home: &Path,
+    engine: Option<&str>,
+    blocks: u64,
+    consensus: u64,
+    seed: u64,
+) -> serde_json::Value {
+    let (blocks, consensus, seed) = (blocks.to_string(), consensus.to_string(), seed.to_string());
+    let mut args = vec![
         "sync",
         "--home",
         home.to_str().unwrap(),
         "--blocks",
-        &blocks.to_string(),
+        &blocks,
         "--consensus-blocks",
-        &consensus.to_string(),
+        &consensus,
         "--seed",
-        &seed.to_string(),
+        &seed,
         "--json",
-    ]);
+    ];
+    if let Some(e) = engine {
+        args.extend(["--engine", e]);
+    }
+    let o = run(&args);
     assert!(o.status.success(), "sync failed: {}", stderr(&o));
     let out = stdout(&o);
     let line = out.lines().last().expect("a JSON line");
@@ -51,7 +68,9 @@ pub fn sync_json(home: &Path, blocks: u64, consensus: u64, seed: u64) -> serde_j
 /// Starts `sync` with crash-test markers and the marker gate on, answers each marker until
 /// the first line starting with `@fp <marker>`, and SIGKILLs the child while it waits at
 /// that marker: the kill lands exactly there, however loaded the machine. Panics if the
-/// marker never shows (the kill must fire).
+/// marker never shows (the kill must fire). A new home is created on redb: its flush point
+/// is three synced writes, so a kill between the markers of two steps leaves the shapes the
+/// handshake repairs (a journal home's flush point is one unit: whole or absent).
 pub fn sync_killed_at(home: &Path, blocks: u64, flush_every: u64, seed: u64, marker: &str) {
     let mut child = Command::new(BIN)
         .args([
@@ -66,6 +85,8 @@ pub fn sync_killed_at(home: &Path, blocks: u64, flush_every: u64, seed: u64, mar
             &flush_every.to_string(),
             "--seed",
             &seed.to_string(),
+            "--engine",
+            "redb",
             "--json",
         ])
         .env_remove("FLUSHPOINT_HOME")
