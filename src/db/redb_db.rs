@@ -22,7 +22,7 @@ use redb::{Database, ReadableDatabase, StorageBackend, TableDefinition, TableErr
 use super::redb_guard::{GuardedDrop, GuardedIter, RedbGuard};
 use super::storage::{BackendCounters, BackendCounts, CountingBackend};
 use super::{Batch, Db, DbIter, Direction, Durability, EntryRef, KeyRange, Op};
-use crate::error::{Error, Result};
+use crate::error::{CorruptReason, Error, Result};
 use crate::fs::{FileSystem, FsBackend, OpenMode, StdFs, parent_of};
 use crate::poison::Poison;
 
@@ -34,7 +34,51 @@ type RedbItem = std::result::Result<
     redb::StorageError,
 >;
 
-const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
+/// The table of a database created by this version: each value is stored followed by
+/// [`PAIR_CRC_BYTES`] of crc32 over the key's length, the key and the value, checked on every
+/// read. redb verifies its page checksums only when it repairs a file or checks its
+/// integrity, so without it a bit flipped inside a stored pair would read back flipped.
+const TABLE_CHECKED: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv.crc");
+/// The table of a database created before pairs carried a checksum: values as given, opened
+/// and written as they are (the file keeps the layout it was created with).
+const TABLE_UNCHECKED: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
+/// Bytes of the crc32 that follows each value in [`TABLE_CHECKED`].
+const PAIR_CRC_BYTES: usize = 4;
+
+/// The crc32 of a pair as [`TABLE_CHECKED`] stores it: over the key's length (u32 LE), the
+/// key and the value, so a bit moved between the key and the value changes it too.
+fn pair_crc(key: &[u8], value: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&(key.len() as u32).to_le_bytes());
+    h.update(key);
+    h.update(value);
+    h.finalize()
+}
+
+/// The value of a pair read from [`TABLE_CHECKED`], its crc32 checked and cut off.
+fn checked_value<'v>(db: &str, key: &[u8], stored: &'v [u8]) -> Result<&'v [u8]> {
+    let corrupt = |reason| Error::Corrupt {
+        db: db.to_string(),
+        key: key.to_vec(),
+        height: None,
+        reason,
+    };
+    let Some(split) = stored.len().checked_sub(PAIR_CRC_BYTES) else {
+        return Err(corrupt(CorruptReason::Truncated {
+            needed: PAIR_CRC_BYTES - stored.len(),
+        }));
+    };
+    let (value, crc) = stored.split_at(split);
+    let stored_crc = u32::from_le_bytes(crc.try_into().expect("PAIR_CRC_BYTES long"));
+    let computed = pair_crc(key, value);
+    if stored_crc != computed {
+        return Err(corrupt(CorruptReason::Checksum {
+            stored: stored_crc,
+            computed,
+        }));
+    }
+    Ok(value)
+}
 
 /// redb's page cache per database. Why this bound: three databases share the node's memory
 /// with up to 3 × 64 MiB of held writes; redb's 1 GiB default would triple the footprint.
@@ -65,6 +109,9 @@ pub struct RedbDb {
     db: GuardedDrop<Database>,
     counters: Arc<BackendCounters>,
     poison: Poison,
+    /// Whether the file keeps its pairs in [`TABLE_CHECKED`] (each value with its crc32) or,
+    /// created before that, in [`TABLE_UNCHECKED`]; decided at open from the file.
+    checked: bool,
     /// Kept alive as long as this handle, and dropped after `db` (fields drop in order), so
     /// the file is closed before what it guards is released (a home's lock).
     keep_alive: Option<Arc<dyn std::any::Any + Send + Sync>>,
@@ -198,7 +245,7 @@ impl RedbDb {
                 // redb's error stays the source: `DatabaseAlreadyOpen` makes the kind `Locked`.
                 .map_err(|e| Error::storage(name, "open", e))
         })?;
-        let this = RedbDb {
+        let mut this = RedbDb {
             name: name.to_string(),
             path: None,
             fs: None,
@@ -206,33 +253,67 @@ impl RedbDb {
             guard,
             counters,
             poison: Poison::default(),
+            checked: true,
             keep_alive: None,
         };
-        this.ensure_table()?;
+        this.checked = this.ensure_table()?;
         Ok(this)
     }
 
-    fn ensure_table(&self) -> Result<()> {
+    /// Finds the file's table — [`TABLE_CHECKED`], or [`TABLE_UNCHECKED`] in a file created
+    /// before pairs carried a checksum — or creates [`TABLE_CHECKED`] in a file that has
+    /// neither (one commit). Returns whether the pairs are checked. Both tables in one file
+    /// is a damaged file.
+    fn ensure_table(&self) -> Result<bool> {
         self.guard.call("open table", || {
             let txn = self
                 .db
                 .begin_read()
                 .map_err(|e| self.err("begin read", e))?;
-            match txn.open_table(TABLE) {
-                Ok(_) => Ok(()),
-                Err(TableError::TableDoesNotExist(_)) => {
+            let exists = |table| match txn.open_table(table) {
+                Ok(_) => Ok(true),
+                Err(TableError::TableDoesNotExist(_)) => Ok(false),
+                Err(e) => Err(self.err("open table", e)),
+            };
+            match (exists(TABLE_CHECKED)?, exists(TABLE_UNCHECKED)?) {
+                (true, false) => Ok(true),
+                (false, true) => Ok(false),
+                (true, true) => Err(Error::Corrupt {
+                    db: self.name.clone(),
+                    key: Vec::new(),
+                    height: None,
+                    reason: CorruptReason::Invalid(
+                        "the file holds both the checked and the unchecked table",
+                    ),
+                }),
+                (false, false) => {
                     drop(txn);
                     let txn = self
                         .db
                         .begin_write()
                         .map_err(|e| self.fail("begin write", e))?;
-                    txn.open_table(TABLE)
+                    txn.open_table(TABLE_CHECKED)
                         .map_err(|e| self.fail("create table", e))?;
-                    txn.commit().map_err(|e| self.fail("commit", e))
+                    txn.commit().map_err(|e| self.fail("commit", e))?;
+                    Ok(true)
                 }
-                Err(e) => Err(self.err("open table", e)),
             }
         })
+    }
+
+    /// The table this file keeps its pairs in.
+    fn table(&self) -> TableDefinition<'static, &'static [u8], &'static [u8]> {
+        if self.checked {
+            TABLE_CHECKED
+        } else {
+            TABLE_UNCHECKED
+        }
+    }
+
+    /// Whether each pair is stored with its crc32 and checked on read (a file created by
+    /// this version), or as given (a file created before).
+    pub fn pairs_checked(&self) -> bool {
+        self.checked
     }
 
     /// Closes the database, returning redb's close error (its last writes and syncs) where
@@ -330,7 +411,7 @@ impl RedbDb {
         let txn = GuardedDrop::new(self.guard.clone(), "abort write", txn);
         {
             let table = self.guard.call("open table", || {
-                txn.open_table(TABLE)
+                txn.open_table(self.table())
                     .map_err(|e| self.fail("open table", e))
             })?;
             // The table's drop hands its root back to the transaction: redb code too.
@@ -356,7 +437,8 @@ impl RedbDb {
                 .db
                 .begin_read()
                 .map_err(|e| self.err("begin read", e))?;
-            txn.open_table(TABLE).map_err(|e| self.err("open table", e))
+            txn.open_table(self.table())
+                .map_err(|e| self.err("open table", e))
         })?;
         // Its drop ends the read transaction in redb.
         Ok(GuardedDrop::new(self.guard.clone(), "end read", table))
@@ -366,13 +448,34 @@ impl RedbDb {
     fn get_in(&self, table: &ReadTable, key: &[u8]) -> Result<Option<Bytes>> {
         self.guard.call("get", || {
             let v = table.get(key).map_err(|e| self.err("get", e))?;
-            Ok(v.map(|g| Bytes::copy_from_slice(g.value())))
+            v.map(|g| self.value_of(key, g.value()).map(Bytes::copy_from_slice))
+                .transpose()
         })
+    }
+
+    /// The value of a stored pair: checked against its crc32 and cut from it in a checked
+    /// file, as stored in an unchecked one.
+    fn value_of<'v>(&self, key: &[u8], stored: &'v [u8]) -> Result<&'v [u8]> {
+        if self.checked {
+            checked_value(&self.name, key, stored)
+        } else {
+            Ok(stored)
+        }
     }
 
     fn put(&self, table: &mut RedbTable<'_>, k: &[u8], v: &[u8]) -> Result<()> {
         self.guard.call("insert", || {
-            table.insert(k, v).map_err(|e| self.fail("insert", e))?;
+            if !self.checked {
+                table.insert(k, v).map_err(|e| self.fail("insert", e))?;
+                return Ok(());
+            }
+            // Written in place: the value, then its crc32 (no copy of the value).
+            let mut slot = table
+                .insert_reserve(k, v.len() + PAIR_CRC_BYTES)
+                .map_err(|e| self.fail("insert", e))?;
+            let out = slot.as_mut();
+            out[..v.len()].copy_from_slice(v);
+            out[v.len()..].copy_from_slice(&pair_crc(k, v).to_le_bytes());
             Ok(())
         })
     }
@@ -419,15 +522,16 @@ impl Db for RedbDb {
         })?;
         // The range holds its own read transaction: the table may go now.
         drop(table);
-        let name = self.name.clone();
+        let (name, checked) = (self.name.clone(), self.checked);
         let map = move |item: RedbItem| {
-            item.map(|(k, v)| {
-                (
-                    Bytes::copy_from_slice(k.value()),
-                    Bytes::copy_from_slice(v.value()),
-                )
-            })
-            .map_err(|e| Error::storage(&name, "iterate", e))
+            let (k, v) = item.map_err(|e| Error::storage(&name, "iterate", e))?;
+            let (k, v) = (k.value(), v.value());
+            let v = if checked {
+                checked_value(&name, k, v)?
+            } else {
+                v
+            };
+            Ok((Bytes::copy_from_slice(k), Bytes::copy_from_slice(v)))
         };
         // Each `next` reads pages in redb: under the guard, as is the range's drop.
         let guard = &*self.guard;
