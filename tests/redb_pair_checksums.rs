@@ -102,11 +102,50 @@ fn a_flipped_bit_in_a_key_is_a_corrupt_error_when_the_pair_is_read() {
     write(&path, &[(key, b"v"), (b"other", b"fine")]);
     flip_in_file(&path, key);
     let db = RedbDb::open(&path, "test", &options()).unwrap();
-    match all(&db) {
-        Err(Error::Corrupt { reason, .. }) => {
-            assert!(matches!(reason, CorruptReason::Checksum { .. }), "{reason}")
+    // A scan reads the pair under its flipped key; a lookup of the original key misses,
+    // and the pair left in its slot fails its checksum.
+    for got in [all(&db).map(|_| ()), db.get(key).map(|_| ())] {
+        match got {
+            Err(Error::Corrupt { reason, .. }) => {
+                assert!(matches!(reason, CorruptReason::Checksum { .. }), "{reason}")
+            }
+            other => panic!("a flipped key was read as {other:?}"),
         }
-        other => panic!("a flipped key was read as {other:?}"),
+    }
+}
+
+#[test]
+fn a_flipped_key_is_found_by_a_lookup_wherever_the_flip_moves_it() {
+    // Keys spread across the key space (like hashes), one flipped at every bit of its
+    // first byte: wherever the flip moves it in key order, the lookup of the original key
+    // reports the damage.
+    for bit in 0..8u8 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.redb");
+        let keys: Vec<Vec<u8>> = (0..64u8)
+            .map(|i| {
+                let mut k = vec![i.wrapping_mul(37), 0x5a];
+                k.extend_from_slice(format!("key number {i:02} of the hash index").as_bytes());
+                k
+            })
+            .collect();
+        let pairs: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &b"v"[..])).collect();
+        write(&path, &pairs);
+        let target = &keys[20];
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = bytes
+            .windows(target.len())
+            .position(|w| w == &target[..])
+            .unwrap();
+        bytes[at] ^= 1 << bit;
+        std::fs::write(&path, bytes).unwrap();
+        let db = RedbDb::open(&path, "test", &options()).unwrap();
+        match db.get(target) {
+            Err(Error::Corrupt { .. }) => {}
+            other => panic!("bit {bit}: a lookup of a flipped key read {other:?}"),
+        }
+        // Other keys still read.
+        assert_eq!(db.get(&keys[40]).unwrap().as_deref(), Some(&b"v"[..]));
     }
 }
 
