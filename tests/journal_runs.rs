@@ -582,9 +582,9 @@ fn options_are_checked_before_anything_is_written_and_fixed_at_creation() {
 /// one written by a unit still waiting for the background applier keeps the tree when
 /// asked for runs, and another keyspace asked for runs meanwhile gets them. Why: the
 /// waiting unit's keys would otherwise be applied to a table while the keyspace is
-/// recorded as runs, or the second keyspace would silently lose its options (both missed
-/// by the mutation run over `src/journal/overlay.rs`, twenty-seventh session:
-/// `UnitOps::writes` as `true`, as `false`, its `==` as `!=`).
+/// recorded as runs, or the second keyspace would silently lose its options. With
+/// `UnitOps::writes` (`src/journal/overlay.rs`) mutated to `true`, to `false`, or its `==`
+/// to `!=`, the journal's conformance, recovery and node suites pass; this test fails.
 #[test]
 fn a_keyspace_written_by_a_unit_not_yet_applied_keeps_its_options() {
     let fs = SimFs::new();

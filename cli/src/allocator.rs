@@ -8,17 +8,16 @@
 //! loop allocated (a window's writes, once applied). glibc's `free` of another thread's block
 //! took 25 % of the applier's CPU at 30k light blocks (`perf`), and a 100k-block journal sync
 //! took 26.7–29.1 s against 18.5–21.0 s with mimalloc (`benches/compare/PERFORMANCE.md`,
-//! "The allocator"). The library leaves the choice to the embedder.
+//! "The tool's allocator"). The library leaves the choice to the embedder.
 //!
-//! Why freed pages go back after a second (mimalloc v3's own default, pinned here): from the
-//! ninth to the twenty-first session the tool kept every freed page ("never purge"), because
-//! with transparent huge pages the block loop faulted purged memory back in 2 MiB at a time,
-//! zeroed: ~10 % of its CPU (`clear_page_erms`; PERFORMANCE.md, "Freed memory kept"). With
-//! huge pages off (below) a page comes back 4 KiB at a time, as it is touched, and pages
-//! freed for longer than a second are the arena's spans no window reuses: with both (and
-//! the node's compact held events), peak RSS at 300k light blocks 329 → 276 MiB for 1–6 %
-//! of block sync speed (medians of 4 interleaved rounds in two runs; PERFORMANCE.md, "Where
-//! the peak RSS goes, again").
+//! Why freed pages go back after a second (mimalloc v3's own default, pinned here): keeping
+//! every freed page ("never purge") pays only with transparent huge pages, where the block
+//! loop faults purged memory back in 2 MiB at a time, zeroed: ~10 % of its CPU
+//! (`clear_page_erms`). With huge pages off (below) a page comes back 4 KiB at a time, as it
+//! is touched, and pages freed for longer than a second are the arena's spans no window
+//! reuses: with both (and the node's compact held events), peak RSS at 300k light blocks
+//! 329 → 276 MiB for 1–6 % of block sync speed (medians of 4 interleaved rounds in two runs;
+//! PERFORMANCE.md, "The tool's allocator").
 //!
 //! Why large objects from the OS: a window's large buffers (its 1 MiB chunks, its entry
 //! table and key order, a unit's op vector: 1–14 MiB each, sized by the window) change size
@@ -26,13 +25,13 @@
 //! span that the next, larger buffer does not fit stays committed beside the small pages
 //! around it, and the arena grows all run long: peak RSS 452–491 MiB at 300k light blocks
 //! while the live heap peaks at 272–320 MiB. Mapped and unmapped per object, they leave
-//! RSS when freed (PERFORMANCE.md, "Large objects from the OS").
+//! RSS when freed (PERFORMANCE.md, "The tool's allocator").
 //!
 //! Why no transparent huge pages: mimalloc advises the kernel to back its arena with 2 MiB
 //! pages, so a page touched anywhere is resident whole, and the arena's partly used spans
 //! hold whole huge pages. Without them (freed pages still kept), peak RSS at 300k light
 //! blocks fell from 340 to 304 MiB, the time within the runs' noise (0–7 %; medians of 7
-//! rounds in two interleaved runs; PERFORMANCE.md, "Where the peak RSS goes, again").
+//! rounds in two interleaved runs; PERFORMANCE.md, "The tool's allocator").
 
 /// mimalloc's `mi_option_purge_delay` (the position in its `mi_option_e`, the same in its v2
 /// and v3 headers; the test below checks that it reads as mimalloc's default).
