@@ -227,9 +227,9 @@ pub enum Error {
         /// The home directory.
         path: PathBuf,
         /// The engine the home's `FORMAT` records.
-        recorded: crate::home::HomeEngine,
+        recorded: crate::engine::HomeEngine,
         /// The engine asked for.
-        requested: crate::home::HomeEngine,
+        requested: crate::engine::HomeEngine,
     },
     /// The home's files do not match its `FORMAT` or each other (a `FORMAT` lost, cut,
     /// unreadable or naming another engine's files; a database file lost beside the

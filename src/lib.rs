@@ -6,9 +6,25 @@
 //! crash-safe order, and a start-up handshake that classifies what a crash left and repairs
 //! it or refuses with the heights involved.
 //!
-//! Layers (dependencies point down): `codec` (keys, records) → `db` (the [`Db`] trait,
-//! backends, counters) → `holding` ([`HoldingDb`]) → stores ([`BlockStore`],
-//! [`StateStore`]) → [`Node`] (flush points, the handshake).
+//! # Layers
+//!
+//! Each module imports only from modules of its own layer or of the layers above it in this
+//! table, lowest first (`tests/layers.rs` checks every file of `src/` against it):
+//!
+//! | layer | modules | what they are |
+//! |---|---|---|
+//! | 1 | `error`, `engine`, `sync`, `poison` | the error type and the engine names it carries; the lock and thread shim (loom); a handle's poisoning |
+//! | 2 | `codec`, `aliasing` | keys and checksummed records (ADR 0001); byte-range aliasing checks |
+//! | 3 | `fs` | files: the real file system, the simulated one, the copy-on-write scratch |
+//! | 4 | `db` | the [`Db`] trait, its batch types, the memory and redb backends, counters |
+//! | 5 | `journal`, `prefetch` | the journal engine (ADR 0008); prefetch workers (ADR 0010) |
+//! | 6 | `holding` | [`HoldingDb`]: writes held in memory until a flush point |
+//! | 7 | `types`, `chain`, `app` | the seam an embedder implements: [`Chain`], [`App`] |
+//! | 8 | `store` | [`BlockStore`], [`StateStore`] |
+//! | 9 | `home` | [`Home`]: a directory's databases on one engine, its `FORMAT` and lock |
+//! | 10 | `node` | [`Node`]: block sync, flush points, consensus, the handshake |
+//! | 11 | `rollback`, `verify` | [`rollback`](crate::rollback()), [`verify`](crate::verify()) of a home |
+//! | 12 | `demo`, `testing` | the demo chain and app; test doubles |
 //!
 //! The engine is chain-agnostic: an embedder brings its own block, commit, state and
 //! results types and its rules through [`Chain`] (ADR 0009), and its application through
@@ -68,6 +84,7 @@ mod chain;
 pub mod codec;
 mod db;
 pub mod demo;
+mod engine;
 mod error;
 mod fs;
 mod holding;

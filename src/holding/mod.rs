@@ -30,8 +30,8 @@ use crate::db::{
     Batch, Db, DbIter, Direction, Durability, Entry, EntryRef, KeyRange, Op, UnitMember,
 };
 use crate::error::{Error, Result};
+use crate::poison::Poison;
 use crate::prefetch::PrefetchSource;
-use crate::store::Poison;
 use crate::sync::{AtomicU64, Ordering, RwLock};
 
 /// Buckets of the write-generation table (keys hash into them).

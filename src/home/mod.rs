@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::db::{Db, Direction, KeyRange, RedbDb, RedbOptions};
+pub use crate::engine::HomeEngine;
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, FsFile, OpenMode, ScratchFs, StdFs, create_dir_all_durably};
 use crate::journal::{
@@ -59,56 +60,10 @@ const DB_NAMES: [&str; 3] = ["block store", "state", "app"];
 /// on redb, as its `FORMAT` records.
 pub const HOME_ENGINE_DEFAULT: HomeEngine = HomeEngine::Journal;
 
-/// The storage engine a home's databases live on, chosen when the home is created and
-/// recorded in its `FORMAT` file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum HomeEngine {
-    /// Three redb files, `blockstore.redb`, `state.redb`, `app.redb`.
-    Redb,
-    /// One [`JournalEngine`] in `journal/`, keyspaces `block store`, `state`, `app` (the
-    /// default for a new home, [`HOME_ENGINE_DEFAULT`]).
-    Journal,
-}
-
-impl HomeEngine {
-    /// The engine that is not this one.
-    fn other(self) -> HomeEngine {
-        match self {
-            HomeEngine::Redb => HomeEngine::Journal,
-            HomeEngine::Journal => HomeEngine::Redb,
-        }
-    }
-
-    /// The engine's name as `FORMAT` and the tool spell it: `redb` or `journal`.
-    pub fn name(self) -> &'static str {
-        match self {
-            HomeEngine::Redb => "redb",
-            HomeEngine::Journal => "journal",
-        }
-    }
-
-    /// The engine named `name` (as [`HomeEngine::name`] spells it).
-    pub fn from_name(name: &str) -> Option<HomeEngine> {
-        match name {
-            "redb" => Some(HomeEngine::Redb),
-            "journal" => Some(HomeEngine::Journal),
-            _ => None,
-        }
-    }
-}
-
 impl Default for HomeEngine {
     /// [`HOME_ENGINE_DEFAULT`].
     fn default() -> HomeEngine {
         HOME_ENGINE_DEFAULT
-    }
-}
-
-impl std::fmt::Display for HomeEngine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
     }
 }
 
