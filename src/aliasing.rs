@@ -4,8 +4,7 @@
 //! wait on an earlier store to the same low address bits. Measured on this project's
 //! machines (AMD EPYC, Linux 6.18, glibc 2.36): a 64 KiB `memcpy` ran at 2.2–3.4 GB/s with
 //! its destination 1–15 bytes ahead instead of 36–46, and a 64 KiB `write` into the page
-//! cache at 1.7–2.5 GB/s instead of 5.8–8.7 (`benches/compare/PERFORMANCE.md`, "Heavy saves'
-//! copies, 4K aliasing"). The codec places a long payload's copy clear of it
+//! cache at 1.7–2.5 GB/s instead of 5.8–8.7. The codec places a long payload's copy clear of it
 //! ([`crate::codec::PLACED_COPY_ALIGN_BYTES`]); the file layer re-places a vectored write's
 //! piece the kernel would copy inside it.
 

@@ -1,5 +1,5 @@
 //! A journal damaged where the index says units were applied is refused, never accepted
-//! (issue 41). The unit layout is read from `docs/FORMAT.md`: a unit is 32 + `body_len`
+//! The unit layout is read from `docs/FORMAT.md`: a unit is 32 + `body_len`
 //! (u32 LE at 24) + 4 bytes.
 //! * a segment cut at a unit boundary below what the index applied — its last unit, all but
 //!   its first, or to 0 bytes; the live segment or one held for its values — is refused

@@ -1,4 +1,4 @@
-//! Recovery's memory is bounded whatever a segment's length (issue 41): a segment longer
+//! Recovery's memory is bounded whatever a segment's length: a segment longer
 //! than any the journal writes (1 TiB, sparse) is refused with `Error::JournalSegment`
 //! naming it, before a byte of it is read; a 2 GiB sparse one (a zero tail within what a
 //! segment's one unit may reach) is read through the scan's window. One test in this file:

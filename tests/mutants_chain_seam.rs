@@ -1,5 +1,5 @@
-//! Pins what the mutation run over the chain seam (ADR 0009; docs/TESTING.md, "The chain
-//! seam") showed unguarded: each test names the mutants it was written for.
+//! Pins what the mutation run over the chain seam (ADR 0009; the mutation table of
+//! docs/TESTING.md) showed unguarded: each test names the mutants it was written for.
 //!
 //! The expected values come from outside the code under test: the states a node reached
 //! block by block (for the demo chain's `rebuild_state`), the heights and bytes this file

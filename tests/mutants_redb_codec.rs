@@ -1,7 +1,7 @@
 //! Properties of the redb backend and the codec that no other suite pinned down: without this
 //! file, 17 mutants of `src/db/redb_db.rs` and `src/codec/` survive the suites that exercise
-//! those files (cargo-mutants; the mutation section of `docs/TESTING.md` lists them and
-//! the test that catches each). The codec's documented bytes are checked directly too:
+//! those files (cargo-mutants; each test below names the mutants it catches; the mutation
+//! section of `docs/TESTING.md` says how to run it). The codec's documented bytes are checked directly too:
 //!
 //! * the key layout's range ends and short keys (`prefix_end`, `height_of`);
 //! * the record framing's "truncated" answer, with the bytes still missing, for values too
