@@ -5,7 +5,7 @@
 //! Invariant: every key inserted passes [`Bloom::may_contain`] (no false negatives), at
 //! every size a filter is folded to.
 //! Invariant: the probes are the format's rule, `h1 + i·h2 mod bits` (`docs/FORMAT.md`):
-//! a filter an earlier build wrote answers the same.
+//! a filter any build wrote answers the same.
 //! Invariant: no I/O.
 
 /// Bloom filter bits per key. Why 10: with [`BLOOM_HASHES`] hashes, a key a run does not
@@ -40,9 +40,9 @@ pub(super) fn key_hashes(key: &[u8]) -> (u32, u32) {
 /// Why not a power of two: the two base hashes are crc32s of the same key from two seeds,
 /// and crc32 is affine, so for keys of one length `h1 ^ h2` is one constant. Modulo a power
 /// of two `h2` is then a function of `h1`, every probe of a key follows from `h1 mod m`,
-/// and an absent key passes ~8–10 % of the time instead of ~1 % (measured by a review of
-/// the first version, which used powers of two). A large odd factor mixes in every bit of
-/// the hashes (`writer::tests::a_bounded_run_passes_few_absent_keys_of_one_length`).
+/// and an absent key passes ~8–10 % of the time instead of ~1 %. A large odd factor mixes
+/// in every bit of the hashes
+/// (`writer::tests::a_bounded_run_passes_few_absent_keys_of_one_length`).
 pub(super) fn foldable_bits(want: u64) -> u64 {
     let want = want.max(64);
     let f = (u64::BITS - want.leading_zeros()).saturating_sub(11).max(3);
@@ -106,7 +106,7 @@ impl Bloom {
 /// Stepped rather than divided: `(h1 + i·h2) mod m = ((h1 mod m) + i·(h2 mod m)) mod m`, so
 /// each probe adds `h2 mod m` to the last and wraps at most once (both are below `m`). Two
 /// divisions a key instead of `hashes`: a merge inserts every key of its output, and a
-/// 64-bit division was most of an insert's time.
+/// 64-bit division a probe would be most of an insert's time.
 fn probes(hashes: u8, bit_count: u64, (h1, h2): (u32, u32)) -> impl Iterator<Item = u64> {
     let step = u64::from(h2) % bit_count;
     let mut bit = u64::from(h1) % bit_count;
@@ -181,8 +181,8 @@ mod tests {
     }
 
     /// The stepped probes are the format's rule, `h1 + i·h2 mod m` for `i` in `0..hashes`
-    /// (written here from the rule, not from `probes`): a filter an earlier build wrote
-    /// answers the same.
+    /// (written here from the rule, not from `probes`): a filter any build wrote answers
+    /// the same.
     #[test]
     fn bloom_probes_follow_the_formats_double_hashing() {
         fn rule(hashes: u8, m: u64, (h1, h2): (u32, u32)) -> Vec<u64> {

@@ -237,7 +237,13 @@ impl<R: std::ops::Deref<Target = Run>> Iterator for MergedRuns<R> {
 /// Merges `runs` (newest first) into `out`: each key once, with its newest op. With
 /// `drop_tombstones` (only for a merge whose output is the oldest run: nothing older can
 /// hold a key a tombstone must hide) deletes are left out.
-#[cfg_attr(not(test), expect(dead_code, reason = "ADR 0014 step 3: merges"))]
+#[cfg_attr(
+    not(test),
+    expect(
+        dead_code,
+        reason = "the engine's merger drives `MergedRuns::over` into its own writer"
+    )
+)]
 pub(crate) fn merge(runs: &[&Run], mut out: RunWriter, drop_tombstones: bool) -> Result<RunMeta> {
     let iters = runs
         .iter()

@@ -1,4 +1,4 @@
-//! Sorted run files (ADR 0014, step 1 of its plan): an immutable file of ops in strictly increasing key order —
+//! Sorted run files (ADR 0014): an immutable file of ops in strictly increasing key order —
 //! the newest op per key of one or more apply steps, a delete kept as a tombstone — read by
 //! key with a bloom filter and a block index, or in key order either way, and merged
 //! newest-first into a new run.
@@ -10,7 +10,7 @@
 //! * `reader`: [`Run`], an open run and its point reads ([`Lookup`]);
 //! * `iter`: a run's ops in a range, several runs merged newest first ([`MergedRuns`]).
 //!
-//! The engine (`engine.rs`) writes one run per apply step of a keyspace indexed by runs, syncs it
+//! The journal engine writes one run per apply step of a keyspace indexed by runs, syncs it
 //! before a checkpoint's manifest lists it, and reads the listed runs newest first
 //! ([`MergedRuns`] for ranges).
 //!

@@ -76,7 +76,13 @@ enum FilterKeys {
 impl RunWriter {
     /// Starts run `id` in `file` (empty; the caller created it), writing its header.
     /// `name` says whose run it is in errors.
-    #[cfg_attr(not(test), expect(dead_code, reason = "ADR 0014 step 3: merges"))]
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "the engine sizes its blocks from its options (`with_block_bytes`)"
+        )
+    )]
     pub(crate) fn create(file: Box<dyn FsFile>, name: &str, id: u64) -> Result<Self> {
         Self::with_block_bytes(file, name, id, RUN_BLOCK_BYTES)
     }
@@ -117,10 +123,9 @@ impl RunWriter {
     /// ops, a merge's inputs' ops): its filter is then built as keys come, sized for the
     /// bound (at least [`BLOOM_BITS_PER_KEY`] bits a key, an odd number times a power of
     /// two: [`foldable_bits`]) and folded in halves down to the keys pushed when the run
-    /// finishes. Memory: ≤ 2.5 bytes a bound key
-    /// instead of 8 for each key's hashes (a merge at 300k light blocks held 17 MiB of
-    /// them at the sync's peak, `benches/compare/PERFORMANCE.md`, sixteenth session).
-    /// Once the filter is sized, a later call changes nothing: the first bound stands.
+    /// finishes. Memory: ≤ 2.5 bytes a bound key instead of 8 for each key's hashes (a
+    /// merge's output at 300k light blocks is ~1M keys). Once the filter is sized, a later
+    /// call changes nothing: the first bound stands.
     pub(crate) fn reserve_keys(&mut self, keys: usize) {
         let FilterKeys::Hashes(hashes) = &mut self.filter_keys else {
             return;
@@ -145,9 +150,8 @@ impl RunWriter {
 
     /// [`RunWriter::push`] with a value given in two pieces, `head` then `tail`, stored as
     /// one value (their concatenation). Why: a separating keyspace stores a short value
-    /// after a one-byte tag (ADR 0016); built whole, every such value was allocated and
-    /// copied once more before this copy (11 % of the applier thread's time at light block
-    /// sync, `benches/compare/PERFORMANCE.md`, twenty-fifth session).
+    /// after a one-byte tag (ADR 0016); given whole, every such value would be allocated
+    /// and copied once more before this copy.
     pub(crate) fn push_split(&mut self, key: &[u8], value: Option<(&[u8], &[u8])>) -> Result<()> {
         if self.failed {
             return Err(self.failed_earlier());
@@ -183,9 +187,8 @@ impl RunWriter {
         Ok(())
     }
 
-    /// Writes the open block, framed: its length, already in place before the body, is
-    /// filled in and its crc32 appended, so the block goes to the file from the buffer it
-    /// was built in (framed in a copy, it cost the merger thread 12 % of its time).
+    /// Writes the open block, framed in the buffer it was built in (its length, reserved
+    /// before the body, filled in and its crc32 appended): no copy of a block is made.
     fn close_block(&mut self) -> Result<()> {
         let Some(first_key) = self.block_first_key.take() else {
             return Ok(());
@@ -237,9 +240,8 @@ impl RunWriter {
             .write_at(self.at, &meta)
             .map_err(|e| Error::storage(&self.name, "write run meta", e))?;
         // The checkpoint that lists the run syncs it; its bytes start for the disk now, so
-        // that sync finds them written (measured: the checkpoint's run syncs took 0.04–0.13
-        // s of a window's 0.3 s, on the applier's thread, twenty-fifth session). A failure
-        // is a failed write: the run is not listed.
+        // that sync finds them written and takes less of the applier's time. A failure is
+        // a failed write: the run is not listed.
         self.file
             .start_writeback()
             .map_err(|e| Error::storage(&self.name, "start run writeback", e))?;
@@ -300,8 +302,8 @@ mod tests {
     }
 
     /// Keys of one length, from a generator, under a bound: an absent key passes ~1 % of
-    /// the time, as without a bound. (A power-of-two filter passed 8–10 % of such keys:
-    /// see [`foldable_bits`]; consecutive integers as keys hid it.)
+    /// the time, as without a bound. (A power-of-two filter passes 8–10 % of such keys, see
+    /// [`foldable_bits`]; consecutive integers as keys would not show it.)
     #[test]
     fn a_bounded_run_passes_few_absent_keys_of_one_length() {
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
