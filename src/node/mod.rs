@@ -118,16 +118,16 @@ pub struct Node<C: Chain> {
     /// The chain's state after the last block applied (held or durable).
     state: C::State,
     mode: Mode,
-    /// How windows reach the disk: ordered batches or one unit, chosen at open.
-    path: WritePath,
+    sink: Box<dyn EventSink>,
+    poison: crate::poison::Poison,
     /// The app's share of a window, decided each time the app is asked to hold.
     app_share: AppShare,
     /// When to flush, the durable height and the window in flight.
     flush: FlushScheduler,
-    sink: Box<dyn EventSink>,
-    poison: crate::poison::Poison,
     /// The home the node owns (see [`Node::open_home`]), dropped after the databases above.
     home: Option<Home>,
+    /// How windows reach the disk: ordered batches or one unit, chosen at open.
+    path: WritePath,
 }
 
 impl<C: Chain> std::fmt::Debug for Node<C> {

@@ -94,12 +94,12 @@ impl<C: Chain> Node<C> {
             chain,
             state,
             mode: Mode::Consensus,
-            path,
-            app_share: AppShare::Unasked,
-            flush: FlushScheduler::new(flushed),
             sink,
             poison: crate::poison::Poison::default(),
+            app_share: AppShare::Unasked,
+            flush: FlushScheduler::new(flushed),
             home: None,
+            path,
         };
         let report = node.repair(observed, case, &genesis_id, genesis_stored.is_some())?;
         node.flush.deferred.flushed_height = node.state.height();

@@ -173,7 +173,7 @@ impl<C: Chain> Node<C> {
     }
 
     /// Key and value bytes of the open window in the block store, the state and the app.
-    pub(super) fn held_bytes(&self) -> [u64; 3] {
+    fn held_bytes(&self) -> [u64; 3] {
         [
             self.block_db.held_bytes(),
             self.state_db.held_bytes(),
