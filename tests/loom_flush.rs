@@ -26,8 +26,9 @@
 //!   applied;
 //! * after stop, every block applied is durable and its event fired.
 //!
-//! Planted bugs, in crate code (`src/node/mod.rs`), each compiled in by its own cfg; with it,
-//! this test expects loom to report the failure (`should_panic` with the oracle's message):
+//! Planted bugs, in crate code (`src/node/block_sync.rs`, `src/node/consensus.rs`), each
+//! compiled in by its own cfg; with it, this test expects loom to report the failure
+//! (`should_panic` with the oracle's message):
 //! * `loom_bug_events_before_write`: `flush_point` fires the window's events before writing;
 //! * `loom_bug_stale_flush_decision`: the timer's flush point leaves F stale, so the next
 //!   decision and window start from a height already flushed;

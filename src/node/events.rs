@@ -1,4 +1,9 @@
-//! Events the node fires to subscribers once a block is durable.
+//! Events the node fires to subscribers once a block is durable, and their compact form
+//! while a window holds them.
+//!
+//! Invariant: [`HeldEvents`] gives back exactly the events appended, in their order.
+//! Invariant: nothing here fires an event or does I/O: the node fires them, once their
+//! window's write returned `Ok`.
 
 /// What happened.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -51,9 +56,9 @@ impl<F: FnMut(&Event) + Send> EventSink for F {
 }
 
 /// The events of the blocks a window holds, kept compact until they fire. Why: an
-/// [`Event`] takes 48 bytes (its kind is sized for a block hash), and a light block's 25
-/// events took 1.2 KB a block, ~7 MiB a window, held twice over with the window in flight;
-/// encoded here a transaction's event takes ~4 bytes and a block's ~130.
+/// [`Event`] takes 48 bytes (its kind is sized for a block hash), so a light block's 25
+/// events would take 1.2 KB a block, ~7 MiB a window, held twice over with the window in
+/// flight; encoded here a transaction's event takes ~4 bytes and a block's ~130.
 ///
 /// Each event is a tag byte, the zigzag varint of its height's difference from the event
 /// before (the first event's, from 0), then its kind's fields (a block's 32-byte hash and

@@ -1,12 +1,14 @@
 //! The node's flush thread: one thread for the node's life, writing one frozen window at a
-//! time (ADR 0004, "Amended (nineteenth session)"; ADR 0015).
+//! time (ADR 0004, ADR 0015).
 //!
 //! Why one thread and not one per flush point: nothing is left to spawn, or to fail to
 //! spawn, in the middle of a sync; and a thread that exits abandons the allocator's pages
 //! that other threads still hold memory in (a window's unit, freed by the journal's
-//! applier). A 300k-block light sync takes 54 flush points: with a thread each, its peak RSS
-//! was 454 MiB, with this one 438 MiB (medians of 3 interleaved runs, the tool's mimalloc;
-//! the same speed; `benches/compare/PERFORMANCE.md`, nineteenth session).
+//! applier), which raises a long sync's peak memory.
+//!
+//! Invariant: jobs run one at a time, in the order they were submitted; a job that panics
+//! has that as its outcome, and the next job still runs.
+//! Invariant: the thread holds no node state: each job owns what it writes.
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;

@@ -14,6 +14,9 @@
 //! | record {F, B}, S = B, A ≤ S | `Consistent` / `AppBehind` | as above |
 //! | S > B; A > B; A > S (but B = S+1 = A); B > S + 1 without record {S, B}; record.to > B; record.to = B with S ∉ {from, B} | refused | nothing changes on disk |
 //!
+//! The repair of each case, and what a crash during it leaves, is the decision table of
+//! `recovery.rs` (ADR 0017).
+//!
 //! Invariant: `classify` does no I/O and never panics.
 
 use crate::types::FlushRecord;
