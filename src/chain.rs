@@ -20,7 +20,6 @@ use std::fmt::Debug;
 use bytes::Bytes;
 
 use crate::error::CorruptReason;
-use crate::node::Event;
 use crate::types::Hash;
 
 /// A commit: what finalized the block at [`ChainCommit::height`].
@@ -224,4 +223,33 @@ pub trait Chain: Send + Sync + 'static {
             "this chain cannot rebuild a past state (height {height})"
         )))
     }
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub enum EventKind {
+    /// A block was committed.
+    NewBlock {
+        /// Its hash.
+        hash: crate::types::Hash,
+        /// Its transaction count.
+        tx_count: u32,
+    },
+    /// A transaction was executed.
+    Tx {
+        /// Its index in the block.
+        index: u32,
+        /// Its result code.
+        code: u32,
+    },
+}
+
+/// An event, identified by (height, kind).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Event {
+    /// The block's height.
+    pub height: u64,
+    /// What happened.
+    pub kind: EventKind,
 }

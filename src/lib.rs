@@ -123,6 +123,7 @@ pub use holding::{FrozenWindow, HeldStore, HeldWrite, HoldingDb};
 pub use home::{
     HOME_ENGINE_DEFAULT, HOME_FORMAT_VERSION, Home, HomeEngine, HomeOptions, JOURNAL_DIR,
 };
+pub use home::{ROLLBACK_INTENT_FILE, pending_rollback};
 pub use journal::{
     APPLY_BATCH_DELAY, APPLY_WHILE_SYNCING_BYTES_MIN, Applier, CHECKPOINT_BYTES,
     CHECKPOINT_INTERVAL, INDEX_CACHE_BYTES, INDEX_FILE, JournalCounts, JournalDb, JournalEngine,
@@ -142,7 +143,7 @@ pub use prefetch::{
     PREFETCH_SESSIONS_MAX, PREFETCH_WORKERS_DEFAULT, PrefetchPool, PrefetchSession, PrefetchSource,
     PrefetchStats,
 };
-pub use rollback::{ROLLBACK_INTENT_FILE, RollbackReport, pending_rollback, rollback};
+pub use rollback::{RollbackReport, rollback};
 pub use store::{
     BlockStore, HISTORY_CHECKPOINT_INTERVAL, PRUNE_BATCH_BLOCKS, STATE_PRUNE_BATCH_HEIGHTS,
     StatePruneReport, StateStore,

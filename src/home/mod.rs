@@ -27,9 +27,14 @@ use crate::journal::{
 };
 
 mod format;
+mod rollback_intent;
 
 pub(crate) use format::format_text;
 use format::{EngineFiles, FORMAT_BYTES_MAX, Recorded, parse_format};
+pub(crate) use rollback_intent::{
+    Intent, Opaque, RebuiltState, Step, finish_stores, read_intent, write_intent,
+};
+pub use rollback_intent::{ROLLBACK_INTENT_FILE, pending_rollback};
 
 /// The home layout version this build reads and writes. 2: the chain seam (ADR 0009) — a
 /// block meta keeps the chain's header bytes length-prefixed, the state store keeps history
@@ -344,7 +349,7 @@ impl Home {
         let home = Self::open_unchecked(fs, path, &options.into())?;
         // Never hand out a half-rolled-back home: the handshake would take its shape for a
         // crash it repairs and undo the rollback.
-        crate::rollback::finish_or_refuse(&home)?;
+        rollback_intent::finish_or_refuse(&home)?;
         Ok(home)
     }
 

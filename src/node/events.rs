@@ -5,34 +5,7 @@
 //! Invariant: nothing here fires an event or does I/O: the node fires them, once their
 //! window's write returned `Ok`.
 
-/// What happened.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[non_exhaustive]
-pub enum EventKind {
-    /// A block was committed.
-    NewBlock {
-        /// Its hash.
-        hash: crate::types::Hash,
-        /// Its transaction count.
-        tx_count: u32,
-    },
-    /// A transaction was executed.
-    Tx {
-        /// Its index in the block.
-        index: u32,
-        /// Its result code.
-        code: u32,
-    },
-}
-
-/// An event, identified by (height, kind).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Event {
-    /// The block's height.
-    pub height: u64,
-    /// What happened.
-    pub kind: EventKind,
-}
+pub use crate::chain::{Event, EventKind};
 
 /// Receives fired events. Called in block order, each event at most once, and only once
 /// its block is durable in all three databases.
