@@ -30,8 +30,9 @@ use clap::Args;
 use serde::Serialize;
 
 use super::dbwrap::{CRASH_TEST_ENV, MARKER, MARKER_GATE_ENV};
-use super::out::{errln, outln};
-use super::{CliError, CliResult, EngineArg, HOME_ENV, ProfileArg};
+use super::error::{CliError, CliResult};
+use super::flags::{EngineArg, HOME_ENV, ProfileArg};
+use super::out::{self, errln, outln};
 
 /// A child that prints nothing for this long is hung: it is killed and the test fails (a
 /// watchdog only; no kill is timed).
@@ -452,7 +453,7 @@ pub fn run(a: &CrashArgs) -> CliResult<()> {
     let recovery_markers = ["handshake-begin", "repair-write-begin", "repair-write-done"];
     let expected_flushes = (a.blocks / a.flush_every).max(1);
     while rep.kills < a.kills {
-        if super::out::cut() {
+        if out::cut() {
             // No child runs between two rounds: stop here, the work directory cleaned up.
             if a.work_dir.is_none() {
                 let _ = std::fs::remove_dir_all(&work);

@@ -8,12 +8,14 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use flushpoint::{BlockStore, Db, HandshakeCase, Home, classify};
+use flushpoint::{BlockStore, Db, Home};
 use serde::Serialize;
 
-use super::out::outln;
-use super::sync::{HeightsJson, durable_heights};
-use super::{CliResult, describe, human_bytes};
+use super::error::{CliResult, describe};
+use super::flags::resolve_home;
+use super::handshake::{Classification, classification};
+use super::heights::{Durable, HeightsJson, read_durable};
+use super::out::{human_bytes, outln};
 
 /// Flags of `flushpoint inspect`.
 #[derive(Debug, Clone, Args)]
@@ -59,17 +61,6 @@ pub struct BlockStoreDisk {
     pub disk_per_logical: f64,
 }
 
-/// The handshake's verdict.
-#[derive(Debug, Serialize)]
-pub struct Classification {
-    /// `consistent`, `repairable` or `inconsistent`.
-    pub verdict: &'static str,
-    /// The repair case, when repairable (or `consistent` / `fresh`).
-    pub case: Option<&'static str>,
-    /// In words.
-    pub detail: String,
-}
-
 /// What `inspect` prints.
 #[derive(Debug, Serialize)]
 pub struct InspectReport {
@@ -96,65 +87,6 @@ pub struct InspectReport {
     pub classification: Classification,
 }
 
-/// Classifies `o` in words.
-pub fn classification(o: &flushpoint::Observed, has_state: bool) -> Classification {
-    if !has_state {
-        return if o.block_store_height == 0 && o.app_height == 0 {
-            Classification {
-                verdict: "consistent",
-                case: Some("fresh"),
-                detail: "empty home: the first sync saves the genesis state".into(),
-            }
-        } else {
-            Classification {
-                verdict: "inconsistent",
-                case: None,
-                detail: "blocks or app state exist but no state was saved".into(),
-            }
-        };
-    }
-    match classify(o) {
-        Ok(HandshakeCase::Consistent) => Classification {
-            verdict: "consistent",
-            case: Some("consistent"),
-            detail: format!("all three databases at height {}", o.state_height),
-        },
-        Ok(c) => {
-            let how = match c {
-                HandshakeCase::AppBehind => format!(
-                    "the app is behind: the handshake replays blocks {}..={} on the app",
-                    o.app_height + 1,
-                    o.state_height
-                ),
-                HandshakeCase::BlockStoreAhead => format!(
-                    "the block store is one block ahead (a crash after save_block): the handshake applies block {}",
-                    o.block_store_height
-                ),
-                HandshakeCase::StateBehindApp => format!(
-                    "the app committed block {} but the state did not: the handshake rebuilds the state from its saved results",
-                    o.block_store_height
-                ),
-                HandshakeCase::FlushRollForward => format!(
-                    "a crash inside a flush point (after its block-store step): the handshake rolls forward blocks {}..={} from the local block store",
-                    o.state_height + 1,
-                    o.block_store_height
-                ),
-                _ => format!("case {}", c.name()),
-            };
-            Classification {
-                verdict: "repairable",
-                case: Some(c.name()),
-                detail: how,
-            }
-        }
-        Err(reason) => Classification {
-            verdict: "inconsistent",
-            case: None,
-            detail: format!("{reason}; the handshake refuses to start (nothing is changed)"),
-        },
-    }
-}
-
 /// The part of `usage`'s held segment bytes that keyspace `k`'s values in the journal
 /// make up of all keyspaces' (0 when no keyspace keeps values there).
 fn held_share(usage: &flushpoint::JournalUsage, k: &flushpoint::KeyspaceUsage) -> u64 {
@@ -173,7 +105,7 @@ fn held_share(usage: &flushpoint::JournalUsage, k: &flushpoint::KeyspaceUsage) -
 
 /// Runs `flushpoint inspect`.
 pub fn run(a: &InspectArgs) -> CliResult<()> {
-    let home_path = super::resolve_home(a.home.as_deref());
+    let home_path = resolve_home(a.home.as_deref());
     let err = |e: flushpoint::Error| describe(&e, &home_path);
     // Read-only, and not `Home::open`: an interrupted rollback is shown as it is.
     let home = Home::open_for_rollback_on(
@@ -183,7 +115,12 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
     )
     .map_err(err)?;
     let rollback_in_progress = flushpoint::pending_rollback(&home).map_err(err)?;
-    let (heights, observed, state, app_hash) = durable_heights(&home).map_err(err)?;
+    let Durable {
+        heights,
+        observed,
+        state,
+        app_hash,
+    } = read_durable(&home).map_err(err)?;
     let base = BlockStore::<flushpoint::demo::Block>::open(
         home.block_store_db.clone() as std::sync::Arc<dyn Db>
     )

@@ -20,8 +20,10 @@ use flushpoint::{
     Db, Error, HandshakeCase, HoldingDb, Home, NoEvents, Node, RollbackRefusal, classify, observe,
 };
 
+use super::error::{CliError, CliResult, describe};
+use super::flags::resolve_home;
+use super::handshake::handshake_text;
 use super::out::outln;
-use super::{CliError, CliResult, describe};
 
 /// Flags of `flushpoint rollback`.
 #[derive(Debug, Clone, Args)]
@@ -72,7 +74,7 @@ fn repair(home: &Home, print: bool) -> flushpoint::Result<()> {
             Box::new(NoEvents),
         )?;
         if print {
-            outln!("{}", super::sync::handshake_text(&report));
+            outln!("{}", handshake_text(&report));
         }
         node.stop(std::time::Instant::now())?;
     }
@@ -102,7 +104,7 @@ fn roll(
 
 /// Runs `flushpoint rollback`.
 pub fn run(a: &RollbackArgs) -> CliResult<()> {
-    let home_path = super::resolve_home(a.home.as_deref());
+    let home_path = resolve_home(a.home.as_deref());
     let h = a.to;
     let shown = home_path.display();
     // First on a read-only open: a refusal (or nothing to do) leaves every file as it was;

@@ -14,19 +14,20 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use flushpoint::demo::{ChainSpec, KvApp};
 use flushpoint::{
-    BackendCounters, BlockStore, CountingDb, Db, FlushPolicy, HandshakeCase, HandshakeReport,
-    HoldingDb, Home, HomeOptions, Mode, NoEvents, Node, Observed, StateStore, SyncCounters,
-    SyncCounts,
+    BackendCounters, CountingDb, Db, FlushPolicy, HoldingDb, Home, HomeOptions, Mode, NoEvents,
+    Node, SyncCounters, SyncCounts,
 };
 
 use super::dbwrap::{CliDb, CliUnitGroup, Phase, Probe, UnitCounters, Which};
-use super::out::{errln, outln};
-pub use super::sync_summary::HeightsJson;
+use super::error::{CliError, CliResult, describe};
+use super::flags::{EngineArg, ProfileArg, resolve_home};
+use super::handshake::{classification, handshake_text};
+use super::heights::{Durable, read_durable};
+use super::out::{self, errln, outln};
 use super::sync_summary::{
     Databases, DbSummary, FlushJson, FsyncsPerBlock, HandshakeJson, JournalSummary, SyncSummary,
     print_human,
 };
-use super::{CliError, CliResult, EngineArg, ProfileArg, describe, peak_rss_bytes};
 
 /// How plain progress lines are spaced when stderr is not a terminal.
 const PLAIN_PROGRESS_INTERVAL: Duration = Duration::from_secs(2);
@@ -213,70 +214,6 @@ fn synced(s: &[Snap; 3]) -> u64 {
     s.iter().map(|x| x.counts.synced_batches).sum()
 }
 
-/// Reads the durable heights of an open home without writing.
-pub fn durable_heights(
-    home: &Home,
-) -> flushpoint::Result<(
-    HeightsJson,
-    Observed,
-    Option<flushpoint::demo::State>,
-    String,
-)> {
-    let bs =
-        BlockStore::<flushpoint::demo::Block>::open(home.block_store_db.clone() as Arc<dyn Db>)?;
-    let st = StateStore::<flushpoint::demo::DemoChain>::open(home.state_db.clone() as Arc<dyn Db>);
-    let app = KvApp::open(Arc::new(HoldingDb::new(home.app_db.clone() as Arc<dyn Db>)))?;
-    let (state, o) = flushpoint::observe(&bs, &st, &app)?;
-    let hash = flushpoint::hex(&flushpoint::App::durable(&app)?.app_hash);
-    Ok((
-        HeightsJson {
-            block_store: bs.height(),
-            state: o.state_height,
-            app: flushpoint::App::durable(&app)?.height,
-        },
-        o,
-        state,
-        hash,
-    ))
-}
-
-/// Describes what the handshake found and did, in one line.
-pub fn handshake_text(r: &HandshakeReport) -> String {
-    let o = &r.observed;
-    let seen = format!(
-        "block store {}, state {}, app {}, flush record {}",
-        o.block_store_height,
-        o.state_height,
-        o.app_height,
-        o.record.map_or("none".to_string(), |r| r.to_string())
-    );
-    let did = match r.case {
-        HandshakeCase::Fresh => "a new home: saved the genesis state".to_string(),
-        HandshakeCase::Consistent => format!("consistent at height {}: nothing to repair", r.height),
-        HandshakeCase::AppBehind => format!(
-            "the app was behind: replayed {} block(s) on the app",
-            r.app_replayed
-        ),
-        HandshakeCase::BlockStoreAhead => format!(
-            "the block store was one block ahead: replayed {} block(s) on the app, applied {}",
-            r.app_replayed, r.applied
-        ),
-        HandshakeCase::StateBehindApp => {
-            "the app had committed a block the state had not: rebuilt the state from its saved results".to_string()
-        }
-        HandshakeCase::FlushRollForward => format!(
-            "a crash inside a flush point: rolled forward {} block(s) from the local block store (app replayed {})",
-            r.applied, r.app_replayed
-        ),
-        _ => format!("case {}", r.case.name()),
-    };
-    format!(
-        "handshake: {} ({seen}) — {did}; now at height {}",
-        r.case.name(),
-        r.height
-    )
-}
-
 struct Progress {
     bar: Option<indicatif::ProgressBar>,
     last_line: Instant,
@@ -438,7 +375,7 @@ fn refuse_read_only(
 
 /// Runs `flushpoint sync`.
 pub fn run(a: &SyncArgs) -> CliResult<()> {
-    let home_path = super::resolve_home(a.home.as_deref());
+    let home_path = resolve_home(a.home.as_deref());
     if a.blocks == 0 {
         return Err(CliError::usage(
             "--blocks must be at least 1 (the block-synced part cannot be empty)",
@@ -463,8 +400,8 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     if let Some(p) = &probe {
         // What the handshake is about to find (read-only), so a kill during the repair
         // still tells the crash-test which case it interrupted.
-        let (_, o, state, _) = durable_heights(&home).map_err(err)?;
-        let case = super::inspect::classification(&o, state.is_some())
+        let d = read_durable(&home).map_err(err)?;
+        let case = classification(&d.observed, d.state.is_some())
             .case
             .unwrap_or("inconsistent");
         p.mark(&format!("handshake-begin case={case}"));
@@ -613,7 +550,7 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     // block itself.
     let mut upcoming: Option<Vec<bytes::Bytes>> = None;
     while node.height() < target_sync {
-        if super::out::cut() {
+        if out::cut() {
             return stop_on_cut(node, err);
         }
         let (b, parts, c) =
@@ -648,7 +585,7 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
 
     // Part 2: consensus, up to N + M.
     while node.height() < target {
-        if super::out::cut() {
+        if out::cut() {
             return stop_on_cut(node, err);
         }
         let (b, parts, c) =
@@ -678,7 +615,9 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
         p.mark("sync-done");
     }
 
-    let (heights, _, _, app_hash) = durable_heights(&home).map_err(err)?;
+    let Durable {
+        heights, app_hash, ..
+    } = read_durable(&home).map_err(err)?;
     let sync_blocks = h1 - start_height;
     let cons_blocks = target - h1;
     let blocks = sync_blocks + cons_blocks;
@@ -782,10 +721,23 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
     Ok(())
 }
 
+/// Peak resident set size of this process (`VmHWM` in /proc/self/status), in bytes.
+pub fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::EXIT_USAGE;
+    use crate::cli::error::EXIT_USAGE;
     use clap::Parser;
 
     /// `flushpoint sync`'s flags alone.

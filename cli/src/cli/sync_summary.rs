@@ -5,8 +5,8 @@ use serde::Serialize;
 
 use flushpoint::{JournalCounts, Observed};
 
-use super::human_bytes;
-use super::out::outln;
+use super::heights::HeightsJson;
+use super::out::{human_bytes, outln};
 
 /// Per-database figures of a run.
 #[derive(Debug, Serialize)]
@@ -81,17 +81,6 @@ pub struct FlushJson {
     pub loop_wait_s: f64,
     /// Seconds since the run started, when the loop saw it complete.
     pub at_s: f64,
-}
-
-/// The three heights.
-#[derive(Debug, Serialize, Clone, Copy, PartialEq, Eq)]
-pub struct HeightsJson {
-    /// Block store height.
-    pub block_store: u64,
-    /// State height.
-    pub state: u64,
-    /// App height.
-    pub app: u64,
 }
 
 /// What the start-up handshake found and did.

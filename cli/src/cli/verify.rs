@@ -13,8 +13,9 @@ use flushpoint::demo::KvApp;
 use flushpoint::{HoldingDb, Home, HomeOptions, VerifyReport};
 use serde::Serialize;
 
+use super::error::{CliError, CliResult, describe};
+use super::flags::resolve_home;
 use super::out::outln;
-use super::{CliError, CliResult, describe};
 
 /// `flushpoint verify` flags.
 #[derive(Debug, Args)]
@@ -67,7 +68,7 @@ struct Entries {
 
 /// Runs `flushpoint verify`.
 pub fn run(a: &VerifyArgs) -> CliResult<()> {
-    let home_path = super::resolve_home(a.home.as_deref());
+    let home_path = resolve_home(a.home.as_deref());
     // An open that refuses is the home's damage: reported as its one problem.
     let opened =
         Home::open_for_rollback_on(Home::read_only_fs(), &home_path, HomeOptions::default())
