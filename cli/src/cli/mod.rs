@@ -26,7 +26,6 @@ mod inspect;
 mod out;
 mod rollback;
 mod sync;
-mod sync_summary;
 mod verify;
 
 use clap::{Parser, Subcommand};
