@@ -5,7 +5,8 @@
 //! own file-level recovery, and opening a journal home runs the journal's recovery and
 //! checkpoint (ADR 0008); no record changes.)
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use flushpoint::{BlockStore, Db, Home};
@@ -78,7 +79,7 @@ pub struct InspectReport {
     pub app_hash: String,
     /// On-disk size per database (redb: `block_store`, `state`, `app`; journal: `journal`,
     /// the three databases' shared segments and index).
-    pub disk_size_bytes: std::collections::BTreeMap<&'static str, u64>,
+    pub disk_size_bytes: BTreeMap<&'static str, u64>,
     /// The journal's figures, on a journal home.
     pub journal: Option<JournalInspect>,
     /// The target of a rollback a crash interrupted, if the home holds one.
@@ -103,65 +104,68 @@ fn held_share(usage: &flushpoint::JournalUsage, k: &flushpoint::KeyspaceUsage) -
     u64::try_from(share).unwrap_or(usage.held_segment_bytes)
 }
 
-/// Runs `flushpoint inspect`.
-pub fn run(a: &InspectArgs) -> CliResult<()> {
-    let home_path = resolve_home(a.home.as_deref());
-    let err = |e: flushpoint::Error| describe(&e, &home_path);
+/// What `home`'s journal engine shows (a journal home only); its size is added to `disk`
+/// as `journal`.
+fn journal_inspect(
+    home: &Home,
+    disk: &mut BTreeMap<&'static str, u64>,
+) -> flushpoint::Result<Option<JournalInspect>> {
+    let Some(j) = home.journal() else {
+        return Ok(None);
+    };
+    let (applied_seq, checkpoint_seq) = j.applied_and_checkpoint_seq();
+    let disk_size_bytes = j.disk_size_bytes()?;
+    disk.insert("journal", disk_size_bytes);
+    let usage = j.usage()?;
+    let block_store = usage
+        .keyspaces
+        .get(home.block_store_db.name())
+        .filter(|k| k.logical_bytes > 0)
+        .map(|k| {
+            let disk_bytes = k.index_bytes + held_share(&usage, k);
+            BlockStoreDisk {
+                logical_bytes: k.logical_bytes,
+                disk_bytes,
+                disk_per_logical: disk_bytes as f64 / k.logical_bytes as f64,
+            }
+        });
+    Ok(Some(JournalInspect {
+        disk_size_bytes,
+        applied_seq,
+        checkpoint_seq,
+        counts: j.counts(),
+        usage,
+        block_store,
+    }))
+}
+
+/// Reads what the home at `home_path` holds, on a read-only open.
+fn read_report(home_path: &Path) -> flushpoint::Result<InspectReport> {
     // Read-only, and not `Home::open`: an interrupted rollback is shown as it is.
     let home = Home::open_for_rollback_on(
         Home::read_only_fs(),
-        &home_path,
+        home_path,
         flushpoint::HomeOptions::default(),
-    )
-    .map_err(err)?;
-    let rollback_in_progress = flushpoint::pending_rollback(&home).map_err(err)?;
+    )?;
+    let rollback_in_progress = flushpoint::pending_rollback(&home)?;
     let Durable {
         heights,
         observed,
         state,
         app_hash,
-    } = read_durable(&home).map_err(err)?;
+    } = read_durable(&home)?;
     let base = BlockStore::<flushpoint::demo::Block>::open(
         home.block_store_db.clone() as std::sync::Arc<dyn Db>
-    )
-    .map_err(err)?
+    )?
     .base();
-    let mut disk = std::collections::BTreeMap::new();
+    let mut disk = BTreeMap::new();
     if let Some([b, s, a]) = home.redb_dbs() {
-        disk.insert("block_store", b.disk_size_bytes().map_err(err)?);
-        disk.insert("state", s.disk_size_bytes().map_err(err)?);
-        disk.insert("app", a.disk_size_bytes().map_err(err)?);
+        disk.insert("block_store", b.disk_size_bytes()?);
+        disk.insert("state", s.disk_size_bytes()?);
+        disk.insert("app", a.disk_size_bytes()?);
     }
-    let journal = match home.journal() {
-        Some(j) => {
-            let (applied_seq, checkpoint_seq) = j.applied_and_checkpoint_seq();
-            let disk_size_bytes = j.disk_size_bytes().map_err(err)?;
-            disk.insert("journal", disk_size_bytes);
-            let usage = j.usage().map_err(err)?;
-            let block_store = usage
-                .keyspaces
-                .get(home.block_store_db.name())
-                .filter(|k| k.logical_bytes > 0)
-                .map(|k| {
-                    let disk_bytes = k.index_bytes + held_share(&usage, k);
-                    BlockStoreDisk {
-                        logical_bytes: k.logical_bytes,
-                        disk_bytes,
-                        disk_per_logical: disk_bytes as f64 / k.logical_bytes as f64,
-                    }
-                });
-            Some(JournalInspect {
-                disk_size_bytes,
-                applied_seq,
-                checkpoint_seq,
-                counts: j.counts(),
-                usage,
-                block_store,
-            })
-        }
-        None => None,
-    };
-    let report = InspectReport {
+    let journal = journal_inspect(&home, &mut disk)?;
+    Ok(InspectReport {
         home: home_path.display().to_string(),
         engine: home.engine().name(),
         heights,
@@ -181,19 +185,55 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
             },
             None => classification(&observed, state.is_some()),
         },
-    };
-    if a.json {
+    })
+}
+
+/// Prints the journal's lines of `inspect`'s human output.
+fn print_journal(j: &JournalInspect) {
+    outln!(
+        "on disk: journal {} (segments, index and runs, shared by the three databases); units applied through {}, checkpoint at {}; since opening: {} checkpoint(s), {} sync_data",
+        human_bytes(j.disk_size_bytes),
+        j.applied_seq,
+        j.checkpoint_seq,
+        j.counts.checkpoints,
+        j.counts.journal_sync_data_calls + j.counts.index.sync_data_calls
+    );
+    let u = &j.usage;
+    outln!(
+        "  index {}, segments held for values (block parts, large app values) {}, other segments {}, runs {}",
+        human_bytes(u.index_file_bytes),
+        human_bytes(u.held_segment_bytes),
+        human_bytes(u.other_segment_bytes),
+        human_bytes(u.run_file_bytes)
+    );
+    for (name, k) in &u.keyspaces {
         outln!(
-            "{}",
-            serde_json::to_string(&report).unwrap_or_else(|_| "{}".into())
+            "  {name}: {} entries, {} logical, index pages {}, {} values ({}) in the journal",
+            k.entries,
+            human_bytes(k.logical_bytes),
+            human_bytes(k.index_bytes),
+            k.values_in_journal,
+            human_bytes(k.values_in_journal_bytes)
         );
-        return Ok(());
     }
+    if let Some(b) = &j.block_store {
+        outln!(
+            "  block store on disk: {} for {} logical ({:.2}×: index pages and its share of the held segments)",
+            human_bytes(b.disk_bytes),
+            human_bytes(b.logical_bytes),
+            b.disk_per_logical
+        );
+    }
+}
+
+/// Prints `report` for a person.
+fn print_human(report: &InspectReport) {
+    let heights = &report.heights;
     outln!("home {} ({} engine)", report.home, report.engine);
     outln!(
         "heights: block store {} (base {}), state {}, app {}",
         heights.block_store,
-        base,
+        report.base,
         heights.state,
         heights.app
     );
@@ -213,42 +253,7 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
             human_bytes(report.disk_size_bytes["state"]),
             human_bytes(report.disk_size_bytes["app"])
         ),
-        Some(j) => {
-            outln!(
-                "on disk: journal {} (segments, index and runs, shared by the three databases); units applied through {}, checkpoint at {}; since opening: {} checkpoint(s), {} sync_data",
-                human_bytes(j.disk_size_bytes),
-                j.applied_seq,
-                j.checkpoint_seq,
-                j.counts.checkpoints,
-                j.counts.journal_sync_data_calls + j.counts.index.sync_data_calls
-            );
-            let u = &j.usage;
-            outln!(
-                "  index {}, segments held for values (block parts, large app values) {}, other segments {}, runs {}",
-                human_bytes(u.index_file_bytes),
-                human_bytes(u.held_segment_bytes),
-                human_bytes(u.other_segment_bytes),
-                human_bytes(u.run_file_bytes)
-            );
-            for (name, k) in &u.keyspaces {
-                outln!(
-                    "  {name}: {} entries, {} logical, index pages {}, {} values ({}) in the journal",
-                    k.entries,
-                    human_bytes(k.logical_bytes),
-                    human_bytes(k.index_bytes),
-                    k.values_in_journal,
-                    human_bytes(k.values_in_journal_bytes)
-                );
-            }
-            if let Some(b) = &j.block_store {
-                outln!(
-                    "  block store on disk: {} for {} logical ({:.2}×: index pages and its share of the held segments)",
-                    human_bytes(b.disk_bytes),
-                    human_bytes(b.logical_bytes),
-                    b.disk_per_logical
-                );
-            }
-        }
+        Some(j) => print_journal(j),
     }
     let c = &report.classification;
     outln!(
@@ -257,6 +262,20 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
         c.case.map_or(String::new(), |k| format!(" ({k})")),
         c.detail
     );
+}
+
+/// Runs `flushpoint inspect`.
+pub fn run(a: &InspectArgs) -> CliResult<()> {
+    let home_path = resolve_home(a.home.as_deref());
+    let report = read_report(&home_path).map_err(|e| describe(&e, &home_path))?;
+    if a.json {
+        outln!(
+            "{}",
+            serde_json::to_string(&report).unwrap_or_else(|_| "{}".into())
+        );
+        return Ok(());
+    }
+    print_human(&report);
     Ok(())
 }
 
