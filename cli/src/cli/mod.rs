@@ -1,20 +1,23 @@
 //! Argument parsing, dispatch, and the mapping of errors to one-line messages and exit codes.
 //!
-//! The tool's modules point one way, each importing only from those listed before it:
+//! The tool's modules point one way, each importing only from layers listed before it:
 //!
 //! 1. `error` (exit codes, [`CliError`](error::CliError), `describe`),
 //! 2. `out` (stdout and stderr writes, byte counts),
 //! 3. `flags` (the home, the engine, the profile), `dbwrap` (the database wrapper: no-sync,
 //!    crash-test markers), `heights` (what a home holds durably), `handshake` (the
 //!    handshake in words),
-//! 4. the commands: `sync`, then `crash-test` (which checks its targets as `sync` does and
-//!    runs `sync` as a child process), `inspect`, `rollback`, `verify`;
-//! 5. this module, which parses and dispatches to the commands.
+//! 4. `sync` (inside it: `meters` and `progress`, then `summary`, then its `mod.rs`),
+//! 5. the commands above `sync`: `crash` (crash-test: it checks its targets as `sync` does
+//!    and runs `sync` as a child process; inside it: `plan` and `save_dir`, then `child`,
+//!    then its `mod.rs`), `inspect`, `rollback`, `verify`;
+//! 6. this module, which parses and dispatches to the commands.
 //!
 //! Invariant: every failure prints exactly one line on stderr that says what to do, and
 //! exits 1 (2 for usage errors). No command writes to a home it could not lock. A closed
 //! stdout or stderr never panics: the command stops cleanly and exits 141 (see `out`).
-//! Invariant: no module imports from a module listed after it, nor from this one.
+//! Invariant: no module imports from its own layer or one listed after it, nor from this
+//! one (`cli/tests/cli_module_layers.rs` checks every file).
 
 mod crash;
 mod dbwrap;
