@@ -10,6 +10,10 @@
 //! This module only opens the home and the app, runs the optional `--repair` (the
 //! handshake's roll-forward, which the library refuses to roll back over) and turns the
 //! library's typed errors into one-line messages.
+//!
+//! Invariant: a refusal, or a rollback with nothing to do, is decided on a read-only open
+//! and leaves every file as it was; only a rollback that goes through opens the home for
+//! writing.
 
 use std::path::PathBuf;
 use std::sync::Arc;

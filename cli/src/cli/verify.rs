@@ -4,6 +4,9 @@
 //! Read-only: the home is opened on a copy-on-write layer ([`Home::open_read_only`]'s),
 //! so every file is opened for reading only and the home is left byte for byte as it was
 //! — an interrupted rollback or a crash's shape included (reported, not repaired).
+//!
+//! Invariant: writes nothing to the home; exits 1 exactly when a problem was found (or the
+//! home could not be opened, reported as its one problem).
 
 use std::path::PathBuf;
 use std::sync::Arc;
