@@ -22,7 +22,8 @@ const TOP: [(&str, u32); 12] = [
 ];
 
 /// Layer of each file inside a folder module (`mod` is the folder's `mod.rs`).
-const INNER: [(&str, &str, u32); 8] = [
+const INNER: [(&str, &str, u32); 9] = [
+    ("sync", "args", 0),
     ("sync", "meters", 0),
     ("sync", "progress", 0),
     ("sync", "summary", 1),

@@ -7,7 +7,8 @@
 //! 3. `flags` (the home, the engine, the profile), `dbwrap` (the database wrapper: no-sync,
 //!    crash-test markers), `heights` (what a home holds durably), `handshake` (the
 //!    handshake in words),
-//! 4. `sync` (inside it: `meters` and `progress`, then `summary`, then its `mod.rs`),
+//! 4. `sync` (inside it: `args`, `meters` and `progress`, then `summary`, then its
+//!    `mod.rs`),
 //! 5. the commands above `sync`: `crash` (crash-test: it checks its targets as `sync` does
 //!    and runs `sync` as a child process; inside it: `plan` and `save_dir`, then `child`,
 //!    then its `mod.rs`), `inspect`, `rollback`, `verify`;
