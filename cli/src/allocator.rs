@@ -1,37 +1,34 @@
 //! The allocator of the `flushpoint` tool and of the `compare` bench (which includes this
-//! file, so that both run every engine on the same allocator): mimalloc, giving the pages
-//! it frees back to the OS after a second and taking large objects from the OS and giving
-//! them back at once; and the process told not to back its memory with transparent huge
-//! pages.
+//! file, so that both run every engine on the same allocator): mimalloc, which
+//! [`configure`] sets to give pages freed for a second back to the OS, to take large
+//! objects from the OS and give them back at once, and not to back its memory with
+//! transparent huge pages. The library leaves the choice of allocator to the embedder.
 //!
-//! Why mimalloc: the journal engine frees on its applier thread the keys and values the block
-//! loop allocated (a window's writes, once applied). glibc's `free` of another thread's block
-//! took 25 % of the applier's CPU at 30k light blocks (`perf`), and a 100k-block journal sync
-//! took 26.7–29.1 s against 18.5–21.0 s with mimalloc (`benches/compare/PERFORMANCE.md`,
-//! "The tool's allocator"). The library leaves the choice to the embedder.
+//! Why mimalloc: the journal engine frees on its applier thread the keys and values the
+//! block loop allocated (a window's writes, once applied). glibc's `free` of another
+//! thread's block takes about a quarter of the applier's CPU, and a 100k-block journal sync
+//! runs about 40 % slower on glibc (`benches/compare/PERFORMANCE.md`).
 //!
-//! Why freed pages go back after a second (mimalloc v3's own default, pinned here): keeping
-//! every freed page ("never purge") pays only with transparent huge pages, where the block
-//! loop faults purged memory back in 2 MiB at a time, zeroed: ~10 % of its CPU
-//! (`clear_page_erms`). With huge pages off (below) a page comes back 4 KiB at a time, as it
-//! is touched, and pages freed for longer than a second are the arena's spans no window
-//! reuses: with both (and the node's compact held events), peak RSS at 300k light blocks
-//! 329 → 276 MiB for 1–6 % of block sync speed (medians of 4 interleaved rounds in two runs;
-//! PERFORMANCE.md, "The tool's allocator").
+//! Why freed pages go back after a second: a light window fills in about half a second, so
+//! the pages one window frees are taken again by the next before they go (no page faults on
+//! the block loop for them); pages free for longer are spans no window reuses. Giving them
+//! back lowers peak RSS at 300k light blocks from 329 to 276 MiB (with huge pages off and
+//! the node's compact held events) for 1–6 % of block-sync speed.
 //!
-//! Why large objects from the OS: a window's large buffers (its 1 MiB chunks, its entry
-//! table and key order, a unit's op vector: 1–14 MiB each, sized by the window) change size
-//! from one window to the next. Kept in mimalloc's arena, with nothing ever purged, a freed
-//! span that the next, larger buffer does not fit stays committed beside the small pages
-//! around it, and the arena grows all run long: peak RSS 452–491 MiB at 300k light blocks
-//! while the live heap peaks at 272–320 MiB. Mapped and unmapped per object, they leave
-//! RSS when freed (PERFORMANCE.md, "The tool's allocator").
+//! Why large objects from the OS: a window's large buffers (its entry table and key order,
+//! a unit's op vector: 2–14 MiB each, sized by the window) change size from one window to
+//! the next. Kept in mimalloc's arena, a freed span the next, larger buffer does not fit
+//! stays committed beside the small pages around it, and the arena grows all run long.
+//! Mapped and unmapped per object, they leave RSS when freed ([`ARENA_MAX_OBJECT_KIB`]).
 //!
 //! Why no transparent huge pages: mimalloc advises the kernel to back its arena with 2 MiB
-//! pages, so a page touched anywhere is resident whole, and the arena's partly used spans
-//! hold whole huge pages. Without them (freed pages still kept), peak RSS at 300k light
-//! blocks fell from 340 to 304 MiB, the time within the runs' noise (0–7 %; medians of 7
-//! rounds in two interleaved runs; PERFORMANCE.md, "The tool's allocator").
+//! pages, so a page touched anywhere is resident whole, the arena's partly used spans hold
+//! whole huge pages, and purged memory faults back in 2 MiB at a time, zeroed. Without
+//! them peak RSS at 300k light blocks is about a tenth lower at the same speed.
+//!
+//! Invariant: an option the operator set through mimalloc's environment variable stands;
+//! an option that does not read as mimalloc's default (another version's numbering) is
+//! left as it is.
 
 /// mimalloc's `mi_option_purge_delay` (the position in its `mi_option_e`, the same in its v2
 /// and v3 headers; the test below checks that it reads as mimalloc's default).

@@ -4,6 +4,9 @@
 //! Exit codes: 0 success, 1 failure (a one-line message on stderr says what to do), 2 bad
 //! flags or usage, 141 a closed stdout or stderr (the command stopped cleanly; see
 //! `cli::out`).
+//!
+//! Invariant: the process's exit code is the one `cli::run` returns; the allocator is
+//! configured before anything else runs.
 
 mod allocator;
 mod cli;

@@ -1,4 +1,10 @@
-//! The demo chain's rules and its [`Chain`] implementation.
+//! The demo chain's rules and its [`Chain`] implementation: the genesis, how a block is
+//! validated against the state before it, the next state, the events, and the demo types'
+//! bytes as the seam stores them.
+//!
+//! Invariant: every decode reads its bytes whole (trailing bytes are corrupt), and a block's
+//! transactions must hash to its header's data hash (`check_body`).
+//! Invariant: the rules are pure: the same state and block give the same next state.
 
 use bytes::Bytes;
 

@@ -7,6 +7,10 @@
 //! log. Nothing in the engine depends on it: the crate root names none of these types, and
 //! an embedder brings its own ([`DemoChain`] is what it replaces; the `ledger_node` example
 //! is a second chain).
+//!
+//! Invariant: the engine's modules import nothing from here (only their unit tests do):
+//! this folder depends on the crate's seam (`Chain`, `App`, `HoldingDb`), never the other
+//! way.
 
 mod chain;
 mod kv;

@@ -5,15 +5,18 @@
 //! own file-level recovery, and opening a journal home runs the journal's recovery and
 //! checkpoint (ADR 0008); no record changes.)
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
-use flushpoint::{BlockStore, Db, HandshakeCase, Home, classify};
+use flushpoint::{BlockStore, Db, Home};
 use serde::Serialize;
 
-use super::out::outln;
-use super::sync::{HeightsJson, durable_heights};
-use super::{CliResult, describe, human_bytes};
+use super::error::{CliResult, describe};
+use super::flags::resolve_home;
+use super::handshake::{Classification, classification};
+use super::heights::{Durable, HeightsJson, read_durable};
+use super::out::{human_bytes, outln};
 
 /// Flags of `flushpoint inspect`.
 #[derive(Debug, Clone, Args)]
@@ -59,17 +62,6 @@ pub struct BlockStoreDisk {
     pub disk_per_logical: f64,
 }
 
-/// The handshake's verdict.
-#[derive(Debug, Serialize)]
-pub struct Classification {
-    /// `consistent`, `repairable` or `inconsistent`.
-    pub verdict: &'static str,
-    /// The repair case, when repairable (or `consistent` / `fresh`).
-    pub case: Option<&'static str>,
-    /// In words.
-    pub detail: String,
-}
-
 /// What `inspect` prints.
 #[derive(Debug, Serialize)]
 pub struct InspectReport {
@@ -87,72 +79,13 @@ pub struct InspectReport {
     pub app_hash: String,
     /// On-disk size per database (redb: `block_store`, `state`, `app`; journal: `journal`,
     /// the three databases' shared segments and index).
-    pub disk_size_bytes: std::collections::BTreeMap<&'static str, u64>,
+    pub disk_size_bytes: BTreeMap<&'static str, u64>,
     /// The journal's figures, on a journal home.
     pub journal: Option<JournalInspect>,
     /// The target of a rollback a crash interrupted, if the home holds one.
     pub rollback_in_progress: Option<u64>,
     /// The handshake's classification.
     pub classification: Classification,
-}
-
-/// Classifies `o` in words.
-pub fn classification(o: &flushpoint::Observed, has_state: bool) -> Classification {
-    if !has_state {
-        return if o.block_store_height == 0 && o.app_height == 0 {
-            Classification {
-                verdict: "consistent",
-                case: Some("fresh"),
-                detail: "empty home: the first sync saves the genesis state".into(),
-            }
-        } else {
-            Classification {
-                verdict: "inconsistent",
-                case: None,
-                detail: "blocks or app state exist but no state was saved".into(),
-            }
-        };
-    }
-    match classify(o) {
-        Ok(HandshakeCase::Consistent) => Classification {
-            verdict: "consistent",
-            case: Some("consistent"),
-            detail: format!("all three databases at height {}", o.state_height),
-        },
-        Ok(c) => {
-            let how = match c {
-                HandshakeCase::AppBehind => format!(
-                    "the app is behind: the handshake replays blocks {}..={} on the app",
-                    o.app_height + 1,
-                    o.state_height
-                ),
-                HandshakeCase::BlockStoreAhead => format!(
-                    "the block store is one block ahead (a crash after save_block): the handshake applies block {}",
-                    o.block_store_height
-                ),
-                HandshakeCase::StateBehindApp => format!(
-                    "the app committed block {} but the state did not: the handshake rebuilds the state from its saved results",
-                    o.block_store_height
-                ),
-                HandshakeCase::FlushRollForward => format!(
-                    "a crash inside a flush point (after its block-store step): the handshake rolls forward blocks {}..={} from the local block store",
-                    o.state_height + 1,
-                    o.block_store_height
-                ),
-                _ => format!("case {}", c.name()),
-            };
-            Classification {
-                verdict: "repairable",
-                case: Some(c.name()),
-                detail: how,
-            }
-        }
-        Err(reason) => Classification {
-            verdict: "inconsistent",
-            case: None,
-            detail: format!("{reason}; the handshake refuses to start (nothing is changed)"),
-        },
-    }
 }
 
 /// The part of `usage`'s held segment bytes that keyspace `k`'s values in the journal
@@ -171,60 +104,68 @@ fn held_share(usage: &flushpoint::JournalUsage, k: &flushpoint::KeyspaceUsage) -
     u64::try_from(share).unwrap_or(usage.held_segment_bytes)
 }
 
-/// Runs `flushpoint inspect`.
-pub fn run(a: &InspectArgs) -> CliResult<()> {
-    let home_path = super::resolve_home(a.home.as_deref());
-    let err = |e: flushpoint::Error| describe(&e, &home_path);
+/// What `home`'s journal engine shows (a journal home only); its size is added to `disk`
+/// as `journal`.
+fn journal_inspect(
+    home: &Home,
+    disk: &mut BTreeMap<&'static str, u64>,
+) -> flushpoint::Result<Option<JournalInspect>> {
+    let Some(j) = home.journal() else {
+        return Ok(None);
+    };
+    let (applied_seq, checkpoint_seq) = j.applied_and_checkpoint_seq();
+    let disk_size_bytes = j.disk_size_bytes()?;
+    disk.insert("journal", disk_size_bytes);
+    let usage = j.usage()?;
+    let block_store = usage
+        .keyspaces
+        .get(home.block_store_db.name())
+        .filter(|k| k.logical_bytes > 0)
+        .map(|k| {
+            let disk_bytes = k.index_bytes + held_share(&usage, k);
+            BlockStoreDisk {
+                logical_bytes: k.logical_bytes,
+                disk_bytes,
+                disk_per_logical: disk_bytes as f64 / k.logical_bytes as f64,
+            }
+        });
+    Ok(Some(JournalInspect {
+        disk_size_bytes,
+        applied_seq,
+        checkpoint_seq,
+        counts: j.counts(),
+        usage,
+        block_store,
+    }))
+}
+
+/// Reads what the home at `home_path` holds, on a read-only open.
+fn read_report(home_path: &Path) -> flushpoint::Result<InspectReport> {
     // Read-only, and not `Home::open`: an interrupted rollback is shown as it is.
     let home = Home::open_for_rollback_on(
         Home::read_only_fs(),
-        &home_path,
+        home_path,
         flushpoint::HomeOptions::default(),
-    )
-    .map_err(err)?;
-    let rollback_in_progress = flushpoint::pending_rollback(&home).map_err(err)?;
-    let (heights, observed, state, app_hash) = durable_heights(&home).map_err(err)?;
+    )?;
+    let rollback_in_progress = flushpoint::pending_rollback(&home)?;
+    let Durable {
+        heights,
+        observed,
+        state,
+        app_hash,
+    } = read_durable(&home)?;
     let base = BlockStore::<flushpoint::demo::Block>::open(
         home.block_store_db.clone() as std::sync::Arc<dyn Db>
-    )
-    .map_err(err)?
+    )?
     .base();
-    let mut disk = std::collections::BTreeMap::new();
+    let mut disk = BTreeMap::new();
     if let Some([b, s, a]) = home.redb_dbs() {
-        disk.insert("block_store", b.disk_size_bytes().map_err(err)?);
-        disk.insert("state", s.disk_size_bytes().map_err(err)?);
-        disk.insert("app", a.disk_size_bytes().map_err(err)?);
+        disk.insert("block_store", b.disk_size_bytes()?);
+        disk.insert("state", s.disk_size_bytes()?);
+        disk.insert("app", a.disk_size_bytes()?);
     }
-    let journal = match home.journal() {
-        Some(j) => {
-            let (applied_seq, checkpoint_seq) = j.applied_and_checkpoint_seq();
-            let disk_size_bytes = j.disk_size_bytes().map_err(err)?;
-            disk.insert("journal", disk_size_bytes);
-            let usage = j.usage().map_err(err)?;
-            let block_store = usage
-                .keyspaces
-                .get(home.block_store_db.name())
-                .filter(|k| k.logical_bytes > 0)
-                .map(|k| {
-                    let disk_bytes = k.index_bytes + held_share(&usage, k);
-                    BlockStoreDisk {
-                        logical_bytes: k.logical_bytes,
-                        disk_bytes,
-                        disk_per_logical: disk_bytes as f64 / k.logical_bytes as f64,
-                    }
-                });
-            Some(JournalInspect {
-                disk_size_bytes,
-                applied_seq,
-                checkpoint_seq,
-                counts: j.counts(),
-                usage,
-                block_store,
-            })
-        }
-        None => None,
-    };
-    let report = InspectReport {
+    let journal = journal_inspect(&home, &mut disk)?;
+    Ok(InspectReport {
         home: home_path.display().to_string(),
         engine: home.engine().name(),
         heights,
@@ -244,19 +185,55 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
             },
             None => classification(&observed, state.is_some()),
         },
-    };
-    if a.json {
+    })
+}
+
+/// Prints the journal's lines of `inspect`'s human output.
+fn print_journal(j: &JournalInspect) {
+    outln!(
+        "on disk: journal {} (segments, index and runs, shared by the three databases); units applied through {}, checkpoint at {}; since opening: {} checkpoint(s), {} sync_data",
+        human_bytes(j.disk_size_bytes),
+        j.applied_seq,
+        j.checkpoint_seq,
+        j.counts.checkpoints,
+        j.counts.journal_sync_data_calls + j.counts.index.sync_data_calls
+    );
+    let u = &j.usage;
+    outln!(
+        "  index {}, segments held for values (block parts, large app values) {}, other segments {}, runs {}",
+        human_bytes(u.index_file_bytes),
+        human_bytes(u.held_segment_bytes),
+        human_bytes(u.other_segment_bytes),
+        human_bytes(u.run_file_bytes)
+    );
+    for (name, k) in &u.keyspaces {
         outln!(
-            "{}",
-            serde_json::to_string(&report).unwrap_or_else(|_| "{}".into())
+            "  {name}: {} entries, {} logical, index pages {}, {} values ({}) in the journal",
+            k.entries,
+            human_bytes(k.logical_bytes),
+            human_bytes(k.index_bytes),
+            k.values_in_journal,
+            human_bytes(k.values_in_journal_bytes)
         );
-        return Ok(());
     }
+    if let Some(b) = &j.block_store {
+        outln!(
+            "  block store on disk: {} for {} logical ({:.2}×: index pages and its share of the held segments)",
+            human_bytes(b.disk_bytes),
+            human_bytes(b.logical_bytes),
+            b.disk_per_logical
+        );
+    }
+}
+
+/// Prints `report` for a person.
+fn print_human(report: &InspectReport) {
+    let heights = &report.heights;
     outln!("home {} ({} engine)", report.home, report.engine);
     outln!(
         "heights: block store {} (base {}), state {}, app {}",
         heights.block_store,
-        base,
+        report.base,
         heights.state,
         heights.app
     );
@@ -276,42 +253,7 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
             human_bytes(report.disk_size_bytes["state"]),
             human_bytes(report.disk_size_bytes["app"])
         ),
-        Some(j) => {
-            outln!(
-                "on disk: journal {} (segments, index and runs, shared by the three databases); units applied through {}, checkpoint at {}; since opening: {} checkpoint(s), {} sync_data",
-                human_bytes(j.disk_size_bytes),
-                j.applied_seq,
-                j.checkpoint_seq,
-                j.counts.checkpoints,
-                j.counts.journal_sync_data_calls + j.counts.index.sync_data_calls
-            );
-            let u = &j.usage;
-            outln!(
-                "  index {}, segments held for values (block parts, large app values) {}, other segments {}, runs {}",
-                human_bytes(u.index_file_bytes),
-                human_bytes(u.held_segment_bytes),
-                human_bytes(u.other_segment_bytes),
-                human_bytes(u.run_file_bytes)
-            );
-            for (name, k) in &u.keyspaces {
-                outln!(
-                    "  {name}: {} entries, {} logical, index pages {}, {} values ({}) in the journal",
-                    k.entries,
-                    human_bytes(k.logical_bytes),
-                    human_bytes(k.index_bytes),
-                    k.values_in_journal,
-                    human_bytes(k.values_in_journal_bytes)
-                );
-            }
-            if let Some(b) = &j.block_store {
-                outln!(
-                    "  block store on disk: {} for {} logical ({:.2}×: index pages and its share of the held segments)",
-                    human_bytes(b.disk_bytes),
-                    human_bytes(b.logical_bytes),
-                    b.disk_per_logical
-                );
-            }
-        }
+        Some(j) => print_journal(j),
     }
     let c = &report.classification;
     outln!(
@@ -320,6 +262,20 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
         c.case.map_or(String::new(), |k| format!(" ({k})")),
         c.detail
     );
+}
+
+/// Runs `flushpoint inspect`.
+pub fn run(a: &InspectArgs) -> CliResult<()> {
+    let home_path = resolve_home(a.home.as_deref());
+    let report = read_report(&home_path).map_err(|e| describe(&e, &home_path))?;
+    if a.json {
+        outln!(
+            "{}",
+            serde_json::to_string(&report).unwrap_or_else(|_| "{}".into())
+        );
+        return Ok(());
+    }
+    print_human(&report);
     Ok(())
 }
 

@@ -1,4 +1,5 @@
-//! The tool's stdout and stderr writes: a failed write never panics (`println!` does).
+//! The tool's stdout and stderr writes: a failed write never panics (`println!` does); and
+//! [`human_bytes`], the one way the commands print a byte count.
 //!
 //! A write that fails (a closed pipe, `flushpoint sync | head -1`; a full disk under a
 //! redirect) is dropped and remembered. A command checks [`cut`] where stopping is safe:
@@ -10,15 +11,13 @@
 //! but for three writers that ignore their errors: the crash-test markers (the parent that
 //! reads them may be gone), clap's `--help` and `--version`, and the progress bar
 //! (indicatif, on a terminal only).
+//! Invariant: imports only the exit codes (`error`) from the tool's other modules.
 
 use std::fmt;
 use std::io::Write;
 use std::sync::OnceLock;
 
-/// Exit code after a write to a closed pipe (`EPIPE`): 128 + SIGPIPE, what the shell
-/// reports for a process the signal ended, so a pipeline's status still says the command
-/// did not finish its output.
-pub const EXIT_OUTPUT_CLOSED: i32 = 141;
+use super::error::{EXIT_FAILURE, EXIT_OUTPUT_CLOSED};
 
 /// The first failed write: its error kind and text.
 static FAILED: OnceLock<(std::io::ErrorKind, String)> = OnceLock::new();
@@ -58,9 +57,25 @@ pub fn failure() -> Option<(i32, Option<&'static str>)> {
         if *kind == std::io::ErrorKind::BrokenPipe {
             (EXIT_OUTPUT_CLOSED, None)
         } else {
-            (super::EXIT_FAILURE, Some(text.as_str()))
+            (EXIT_FAILURE, Some(text.as_str()))
         }
     })
+}
+
+/// Bytes as a short human string (KiB, MiB, GiB).
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
 }
 
 /// `println!` that never panics (see the module doc).

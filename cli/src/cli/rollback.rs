@@ -10,6 +10,10 @@
 //! This module only opens the home and the app, runs the optional `--repair` (the
 //! handshake's roll-forward, which the library refuses to roll back over) and turns the
 //! library's typed errors into one-line messages.
+//!
+//! Invariant: a refusal, or a rollback with nothing to do, is decided on a read-only open
+//! and leaves every file as it was; only a rollback that goes through opens the home for
+//! writing.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,8 +24,10 @@ use flushpoint::{
     Db, Error, HandshakeCase, HoldingDb, Home, NoEvents, Node, RollbackRefusal, classify, observe,
 };
 
+use super::error::{CliError, CliResult, describe};
+use super::flags::resolve_home;
+use super::handshake::handshake_text;
 use super::out::outln;
-use super::{CliError, CliResult, describe};
 
 /// Flags of `flushpoint rollback`.
 #[derive(Debug, Clone, Args)]
@@ -72,7 +78,7 @@ fn repair(home: &Home, print: bool) -> flushpoint::Result<()> {
             Box::new(NoEvents),
         )?;
         if print {
-            outln!("{}", super::sync::handshake_text(&report));
+            outln!("{}", handshake_text(&report));
         }
         node.stop(std::time::Instant::now())?;
     }
@@ -102,7 +108,7 @@ fn roll(
 
 /// Runs `flushpoint rollback`.
 pub fn run(a: &RollbackArgs) -> CliResult<()> {
-    let home_path = super::resolve_home(a.home.as_deref());
+    let home_path = resolve_home(a.home.as_deref());
     let h = a.to;
     let shown = home_path.display();
     // First on a read-only open: a refusal (or nothing to do) leaves every file as it was;

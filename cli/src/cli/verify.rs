@@ -4,6 +4,9 @@
 //! Read-only: the home is opened on a copy-on-write layer ([`Home::open_read_only`]'s),
 //! so every file is opened for reading only and the home is left byte for byte as it was
 //! — an interrupted rollback or a crash's shape included (reported, not repaired).
+//!
+//! Invariant: writes nothing to the home; exits 1 exactly when a problem was found (or the
+//! home could not be opened, reported as its one problem).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,8 +16,9 @@ use flushpoint::demo::KvApp;
 use flushpoint::{HoldingDb, Home, HomeOptions, VerifyReport};
 use serde::Serialize;
 
+use super::error::{CliError, CliResult, describe};
+use super::flags::resolve_home;
 use super::out::outln;
-use super::{CliError, CliResult, describe};
 
 /// `flushpoint verify` flags.
 #[derive(Debug, Args)]
@@ -67,7 +71,7 @@ struct Entries {
 
 /// Runs `flushpoint verify`.
 pub fn run(a: &VerifyArgs) -> CliResult<()> {
-    let home_path = super::resolve_home(a.home.as_deref());
+    let home_path = resolve_home(a.home.as_deref());
     // An open that refuses is the home's damage: reported as its one problem.
     let opened =
         Home::open_for_rollback_on(Home::read_only_fs(), &home_path, HomeOptions::default())

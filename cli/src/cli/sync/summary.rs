@@ -1,12 +1,17 @@
-//! What `flushpoint sync` reports: the summary (`--json` prints it as one object) and its
-//! human rendering.
+//! What `flushpoint sync` reports: the summary (`--json` prints it as one object), how it
+//! is worked out from the meters' readings ([`Figures`]), and its human rendering.
+//!
+//! Invariant: reads the home's sizes and counts only; writes nothing.
+
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use flushpoint::{JournalCounts, Observed};
+use flushpoint::{Db, HandshakeReport, Home, JournalCounts, Observed};
 
-use super::human_bytes;
-use super::out::outln;
+use super::meters::{Reading, Snap, peak_rss_bytes};
+use crate::cli::heights::{Durable, HeightsJson};
+use crate::cli::out::{human_bytes, outln};
 
 /// Per-database figures of a run.
 #[derive(Debug, Serialize)]
@@ -83,15 +88,20 @@ pub struct FlushJson {
     pub at_s: f64,
 }
 
-/// The three heights.
-#[derive(Debug, Serialize, Clone, Copy, PartialEq, Eq)]
-pub struct HeightsJson {
-    /// Block store height.
-    pub block_store: u64,
-    /// State height.
-    pub state: u64,
-    /// App height.
-    pub app: u64,
+impl FlushJson {
+    /// The entry of flush point `r`, seen complete at `since.elapsed()` into the run.
+    pub fn new(r: flushpoint::FlushReport, since: Instant) -> Self {
+        FlushJson {
+            trigger: r.trigger,
+            from: r.from,
+            to: r.to,
+            bytes: r.bytes,
+            flush_points: r.flush_points,
+            duration_s: r.duration.as_secs_f64(),
+            loop_wait_s: r.loop_wait.as_secs_f64(),
+            at_s: since.elapsed().as_secs_f64(),
+        }
+    }
 }
 
 /// What the start-up handshake found and did.
@@ -165,6 +175,174 @@ pub struct SyncSummary {
     pub app_hash: String,
     /// The start-up handshake.
     pub handshake: HandshakeJson,
+}
+
+/// What names a run in its summary.
+pub struct RunLabels {
+    /// The home directory, as given.
+    pub home: String,
+    /// Chain seed.
+    pub seed: u64,
+    /// Profile name.
+    pub profile: &'static str,
+    /// Block-sync mode name.
+    pub mode: &'static str,
+    /// `--mode no-sync`.
+    pub floor_only: bool,
+}
+
+/// What a run measured, from the handshake's end to the clean stop.
+pub struct Figures {
+    /// The height after the handshake.
+    pub start_height: u64,
+    /// The height at the end of the block-sync phase (N).
+    pub block_sync_end_height: u64,
+    /// The height the run ends at (N + M).
+    pub target: u64,
+    /// The meters before the first block.
+    pub start: Reading,
+    /// The meters after block sync's last flush point.
+    pub after_block_sync: Reading,
+    /// The meters after the last consensus block.
+    pub after_consensus: Reading,
+    /// The meters after the clean stop.
+    pub after_stop: Reading,
+    /// The journal engine's real `sync_data` calls during the run (0 on redb).
+    pub journal_sync_data: u64,
+    /// Wall time from the first block to the clean stop.
+    pub elapsed: Duration,
+    /// Flush points taken.
+    pub flush_points: u64,
+    /// Most bytes one database held at once.
+    pub peak_held_bytes: u64,
+    /// Every flush point the run completed, in order.
+    pub timeline: Vec<FlushJson>,
+}
+
+/// `n / d`, 0 when `d` is 0.
+fn per(n: u64, d: u64) -> f64 {
+    if d == 0 { 0.0 } else { n as f64 / d as f64 }
+}
+
+/// The three databases' figures between `start` and `end`, with their sizes on disk; and
+/// the bytes written and real syncs over the three.
+fn databases(
+    home: &Home,
+    start: &[Snap; 3],
+    end: &[Snap; 3],
+) -> flushpoint::Result<(Databases, u64, u64)> {
+    let mut dbs = Vec::with_capacity(3);
+    let mut bytes_written = 0;
+    let mut sync_data = 0;
+    for i in 0..3 {
+        let d = end[i].counts - start[i].counts;
+        let sd = end[i].sync_data - start[i].sync_data;
+        bytes_written += d.bytes_written;
+        sync_data += sd;
+        let disk = match home.redb_dbs() {
+            Some(dbs) => dbs[i].disk_size_bytes()?,
+            None => 0,
+        };
+        dbs.push(DbSummary {
+            synced_batches: d.synced_batches,
+            buffered_batches: d.buffered_batches,
+            units: end[i].units - start[i].units,
+            sync_data_calls: sd,
+            bytes_written: d.bytes_written,
+            disk_size_bytes: disk,
+        });
+    }
+    let mut dbs = dbs.into_iter();
+    let mut next_db = || dbs.next().expect("three databases");
+    let databases = Databases {
+        block_store: next_db(),
+        state: next_db(),
+        app: next_db(),
+    };
+    Ok((databases, bytes_written, sync_data))
+}
+
+/// The summary of a run: `labels`, the figures `f`, what `home` holds at the end
+/// (`durable`, read after the stop), and what the handshake did (`report`).
+pub fn summarize(
+    labels: RunLabels,
+    home: &Home,
+    f: Figures,
+    durable: Durable,
+    report: &HandshakeReport,
+) -> flushpoint::Result<SyncSummary> {
+    let sync_blocks = f.block_sync_end_height - f.start_height;
+    let cons_blocks = f.target - f.block_sync_end_height;
+    let blocks = sync_blocks + cons_blocks;
+    let (databases, bytes_written, mut sync_data) =
+        databases(home, &f.start.dbs, &f.after_stop.dbs)?;
+    sync_data += f.journal_sync_data;
+    let journal = match home.journal() {
+        Some(j) => Some(JournalSummary {
+            counts: j.counts(),
+            disk_size_bytes: j.disk_size_bytes()?,
+        }),
+        None => None,
+    };
+    let (s0, s1, s2) = (&f.start, &f.after_block_sync, &f.after_consensus);
+    let secs = f.elapsed.as_secs_f64();
+    let sync_secs = s1.at.saturating_duration_since(s0.at).as_secs_f64();
+    Ok(SyncSummary {
+        home: labels.home,
+        seed: labels.seed,
+        profile: labels.profile,
+        mode: labels.mode,
+        engine: home.engine().name(),
+        floor_only: labels.floor_only,
+        target_height: f.target,
+        blocks,
+        block_sync_blocks: sync_blocks,
+        consensus_blocks: cons_blocks,
+        elapsed_s: secs,
+        blocks_per_s: if secs > 0.0 {
+            blocks as f64 / secs
+        } else {
+            0.0
+        },
+        ms_per_block: if blocks == 0 {
+            0.0
+        } else {
+            secs * 1000.0 / blocks as f64
+        },
+        block_sync_blocks_per_s: if sync_secs > 0.0 {
+            sync_blocks as f64 / sync_secs
+        } else {
+            0.0
+        },
+        fsyncs_per_block: FsyncsPerBlock {
+            block_sync: per(
+                s1.synced_batches() - s0.synced_batches() + (s1.synced_units - s0.synced_units),
+                sync_blocks,
+            ),
+            consensus: per(
+                s2.synced_batches() - s1.synced_batches() + (s2.synced_units - s1.synced_units),
+                cons_blocks,
+            ),
+            sync_data_overall: per(sync_data, blocks),
+        },
+        flush_points: f.flush_points,
+        flush_loop_wait_s: f.timeline.iter().map(|t| t.loop_wait_s).sum(),
+        flush_timeline: f.timeline,
+        bytes_written,
+        databases,
+        journal,
+        peak_held_bytes: f.peak_held_bytes,
+        peak_rss_bytes: peak_rss_bytes(),
+        heights: durable.heights,
+        app_hash: durable.app_hash,
+        handshake: HandshakeJson {
+            case: report.case.name(),
+            observed: report.observed,
+            app_replayed: report.app_replayed,
+            applied: report.applied,
+            height: report.height,
+        },
+    })
 }
 
 /// Prints `s` for a person: rates, fsyncs, flush points, per-database figures, heights.
