@@ -2,7 +2,7 @@
 //! to update): the write runs of flushpoint's modes, the measurement of its block shape,
 //! the 100k-block index fixture, the index lookups and the held-overlay reads.
 //!
-//! The write runs drive the library the way `src/cli/sync.rs` does: a [`Home`] of three
+//! The write runs drive the library the way `cli/src/cli/sync/mod.rs` does: a [`Home`] of three
 //! redb files (or three [`MemoryDb`]s for the floor), [`Node::open`], then
 //! `start_block_sync` + `sync_block` + `on_timer` (deferred, no-sync, memory) or
 //! `commit_block` in a per-block mode (per-block = consensus path, legacy), then `stop`.
