@@ -1,4 +1,6 @@
-//! The database layer: the [`Db`] trait, batches, durability, and the backends.
+//! The database layer: the [`Db`] trait, batches, durability, the backends, [`DbWrapper`]
+//! for a database that wraps another, and the merge of an overlay of writes over a disk
+//! iterator (`MergeOver`).
 //!
 //! Invariant: a batch is atomic — after a crash it is wholly on disk or wholly absent.
 //! Invariant: a `Synced` write that returned `Ok` survives a power cut; a `Buffered` one may
@@ -9,6 +11,7 @@
 
 mod counting;
 mod memory;
+mod merge;
 mod redb_db;
 mod redb_guard;
 mod storage;
@@ -16,6 +19,7 @@ mod wrapper;
 
 pub use counting::{CountingDb, SyncCounters, SyncCounts};
 pub use memory::MemoryDb;
+pub(crate) use merge::{MergeOver, OverlayEntry};
 pub use redb_db::{RedbDb, RedbOptions, fsync_dir};
 pub(crate) use redb_guard::{GuardedDrop, GuardedIter, RedbGuard};
 pub use redb_guard::{inside_guarded_redb_call, quiet_caught_redb_panics};

@@ -27,7 +27,8 @@ use bytes::{Bytes, BytesMut};
 use hashbrown::{HashTable, hash_table};
 
 use crate::db::{
-    Batch, Db, DbIter, Direction, Durability, Entry, EntryRef, KeyRange, Op, UnitMember,
+    Batch, Db, DbIter, Direction, Durability, EntryRef, KeyRange, MergeOver, Op, OverlayEntry,
+    UnitMember,
 };
 use crate::error::{Error, Result};
 use crate::poison::Poison;
@@ -676,7 +677,7 @@ impl<D: Db> HoldingDb<D> {
 }
 
 /// The entries of `o` in `range`, in `direction` order.
-fn held_range(o: &Overlay, range: &KeyRange, direction: Direction) -> Vec<(Bytes, Option<Bytes>)> {
+fn held_range(o: &Overlay, range: &KeyRange, direction: Direction) -> Vec<OverlayEntry> {
     if o.is_empty() {
         return Vec::new();
     }
@@ -697,39 +698,6 @@ fn held_range(o: &Overlay, range: &KeyRange, direction: Direction) -> Vec<(Bytes
     match direction {
         Direction::Forward => slice.iter().map(entry).collect(),
         Direction::Reverse => slice.iter().rev().map(entry).collect(),
-    }
-}
-
-/// Merges two held lists in `direction` order; `newer` wins on equal keys.
-fn merge_held(
-    newer: Vec<(Bytes, Option<Bytes>)>,
-    older: Vec<(Bytes, Option<Bytes>)>,
-    direction: Direction,
-) -> Vec<(Bytes, Option<Bytes>)> {
-    if older.is_empty() {
-        return newer;
-    }
-    if newer.is_empty() {
-        return older;
-    }
-    let mut out = Vec::with_capacity(newer.len() + older.len());
-    let (mut n, mut o) = (newer.into_iter().peekable(), older.into_iter().peekable());
-    loop {
-        let take_newer = match (n.peek(), o.peek()) {
-            (None, None) => return out,
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (Some((nk, _)), Some((ok, _))) => match (nk.cmp(ok), direction) {
-                (std::cmp::Ordering::Equal, _) => {
-                    o.next();
-                    true
-                }
-                (std::cmp::Ordering::Less, Direction::Forward)
-                | (std::cmp::Ordering::Greater, Direction::Reverse) => true,
-                _ => false,
-            },
-        };
-        out.push(if take_newer { n.next() } else { o.next() }.expect("peeked"));
     }
 }
 
@@ -760,8 +728,8 @@ impl<D: Db> Db for HoldingDb<D> {
 
     fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
         self.poison.check(self.inner.name())?;
-        let held = if range.is_empty() {
-            Vec::new()
+        let (active, frozen) = if range.is_empty() {
+            (Vec::new(), Vec::new())
         } else {
             let h = self.held.read().expect("held lock");
             let active = held_range(&h.active, &range, direction);
@@ -770,19 +738,20 @@ impl<D: Db> Db for HoldingDb<D> {
                 .as_ref()
                 .map(|f| held_range(f, &range, direction))
                 .unwrap_or_default();
-            merge_held(active, frozen, direction)
+            (active, frozen)
         };
         // The disk iterator is opened after the held entries were copied: a window written
         // in between is then in both, and the held copy (the same value) wins.
         let disk = self.inner.range(range, direction)?;
-        if held.is_empty() {
-            return Ok(disk);
-        }
-        Ok(Box::new(Merge {
-            held: held.into_iter().peekable(),
-            disk: disk.peekable(),
-            direction,
-        }))
+        Ok(match (active.is_empty(), frozen.is_empty()) {
+            (true, true) => disk,
+            (false, true) => Box::new(MergeOver::new(active.into_iter(), disk, direction)),
+            (true, false) => Box::new(MergeOver::new(frozen.into_iter(), disk, direction)),
+            (false, false) => {
+                let below = MergeOver::new(frozen.into_iter(), disk, direction);
+                Box::new(MergeOver::new(active.into_iter(), below, direction))
+            }
+        })
     }
 
     fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
@@ -931,50 +900,6 @@ impl<D: Db + 'static> PrefetchSource for HoldingDb<D> {
     }
     fn written_since(&self, key: &[u8], since: u64) -> bool {
         self.generations.written_since(key, since)
-    }
-}
-
-/// Merges the held entries over the disk iterator, both in `direction` order; a held entry
-/// shadows the disk's entry for the same key, and a held delete hides it.
-struct Merge<'a> {
-    held: std::iter::Peekable<std::vec::IntoIter<(Bytes, Option<Bytes>)>>,
-    disk: std::iter::Peekable<DbIter<'a>>,
-    direction: Direction,
-}
-
-impl Iterator for Merge<'_> {
-    type Item = Result<Entry>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            let take_held = match (self.held.peek(), self.disk.peek()) {
-                (None, None) => return None,
-                (Some(_), None) => true,
-                (None, Some(_)) => false,
-                (Some(_), Some(Err(_))) => false,
-                (Some((hk, _)), Some(Ok((dk, _)))) => {
-                    let ord = hk.cmp(dk);
-                    if ord == std::cmp::Ordering::Equal {
-                        // The held write shadows the disk's value for this key.
-                        self.disk.next();
-                        true
-                    } else {
-                        match self.direction {
-                            Direction::Forward => ord == std::cmp::Ordering::Less,
-                            Direction::Reverse => ord == std::cmp::Ordering::Greater,
-                        }
-                    }
-                }
-            };
-            if take_held {
-                let (k, v) = self.held.next().expect("peeked");
-                match v {
-                    Some(v) => return Some(Ok((k, v))),
-                    None => continue,
-                }
-            }
-            return self.disk.next();
-        }
     }
 }
 
