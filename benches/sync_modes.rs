@@ -13,29 +13,23 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use flushpoint::demo::{ChainSpec, KvApp, Profile};
 use flushpoint::{
-    BackendCounts, Batch, CountingDb, Db, DbIter, Direction, Durability, FlushPolicy, HoldingDb,
-    KeyRange, Mode, NoEvents, Node, RedbDb, RedbOptions, Result, SyncCounts,
+    BackendCounts, Batch, CountingDb, Db, DbWrapper, Durability, FlushPolicy, HoldingDb, Mode,
+    NoEvents, Node, RedbDb, RedbOptions, Result, SyncCounts,
 };
 
 /// Downgrades every write to `Buffered`: the no-fsync floor. Unsafe; measuring only.
 #[derive(Debug)]
 struct Unsynced<D>(D);
 
-impl<D: Db> Db for Unsynced<D> {
-    fn name(&self) -> &str {
-        self.0.name()
+impl<D: Db> DbWrapper for Unsynced<D> {
+    type Inner = D;
+    fn inner(this: &Self) -> &D {
+        &this.0
     }
-    fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        self.0.get(key)
-    }
-    fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
-        self.0.range(range, direction)
-    }
-    fn write(&self, batch: &Batch, _durability: Durability) -> Result<()> {
-        self.0.write(batch, Durability::Buffered)
+    fn write(this: &Self, batch: &Batch, _durability: Durability) -> Result<()> {
+        this.0.write(batch, Durability::Buffered)
     }
 }
 

@@ -106,9 +106,9 @@ pub use chain::{
     StoredHistory,
 };
 pub use db::{
-    BackendCounters, BackendCounts, Batch, CountingBackend, CountingDb, Db, DbIter, Direction,
-    Durability, Entry, EntryRef, KeyRange, MemoryDb, Op, RedbDb, RedbOptions, SyncCounters,
-    SyncCounts, UnitGroup, UnitMember, UnitPart, collect_range, fsync_dir,
+    BackendCounters, BackendCounts, Batch, CountingBackend, CountingDb, Db, DbIter, DbWrapper,
+    Direction, Durability, Entry, EntryRef, KeyRange, MemoryDb, Op, RedbDb, RedbOptions,
+    SyncCounters, SyncCounts, UnitGroup, UnitMember, UnitPart, collect_range, fsync_dir,
     inside_guarded_redb_call, quiet_caught_redb_panics,
 };
 pub use error::{

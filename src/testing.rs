@@ -7,9 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
-
-use crate::db::{Batch, Db, DbIter, Direction, Durability, KeyRange};
+use crate::db::{Batch, Db, DbWrapper, Durability};
 use crate::error::{Error, Result};
 
 /// One recorded write.
@@ -73,34 +71,24 @@ impl<D: Db> RecordingDb<D> {
     }
 }
 
-impl<D: Db> Db for RecordingDb<D> {
-    fn name(&self) -> &str {
-        self.inner.name()
+/// Writes are recorded (`write_entries` goes through `write`); reads forward.
+impl<D: Db> DbWrapper for RecordingDb<D> {
+    type Inner = D;
+    fn inner(this: &Self) -> &D {
+        &this.inner
     }
-    fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        self.inner.get(key)
-    }
-    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
-        self.inner.get_many(keys)
-    }
-    fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
-        self.inner.range(range, direction)
-    }
-    fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
+    fn write(this: &Self, batch: &Batch, durability: Durability) -> Result<()> {
         // Hold the log lock across the write so the recorded order is the real order.
-        let mut log = self.log.0.lock().expect("log lock");
-        self.inner.write(batch, durability)?;
+        let mut log = this.log.0.lock().expect("log lock");
+        this.inner.write(batch, durability)?;
         let seq = log.len() as u64;
         log.push(WriteRecord {
             seq,
-            db: self.inner.name().to_string(),
+            db: this.inner.name().to_string(),
             durability,
             batch: batch.clone(),
         });
         Ok(())
-    }
-    fn disk_size_bytes(&self) -> Result<u64> {
-        self.inner.disk_size_bytes()
     }
 }
 
@@ -182,33 +170,26 @@ impl<D: Db> FailingDb<D> {
     }
 }
 
-impl<D: Db> Db for FailingDb<D> {
-    fn name(&self) -> &str {
-        self.inner.name()
+/// Writes fail on command (`write_entries` goes through `write`); reads forward.
+impl<D: Db> DbWrapper for FailingDb<D> {
+    type Inner = D;
+    fn inner(this: &Self) -> &D {
+        &this.inner
     }
-    fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        self.inner.get(key)
-    }
-    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
-        self.inner.get_many(keys)
-    }
-    fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
-        self.inner.range(range, direction)
-    }
-    fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
-        self.write_calls.fetch_add(1, Ordering::SeqCst);
-        if !self.budget.take() {
-            if self.lands {
-                self.inner.write(batch, durability)?;
+    fn write(this: &Self, batch: &Batch, durability: Durability) -> Result<()> {
+        this.write_calls.fetch_add(1, Ordering::SeqCst);
+        if !this.budget.take() {
+            if this.lands {
+                this.inner.write(batch, durability)?;
             }
-            self.failures.fetch_add(1, Ordering::SeqCst);
+            this.failures.fetch_add(1, Ordering::SeqCst);
             return Err(Error::storage(
-                self.inner.name(),
+                this.inner.name(),
                 "write",
                 "injected failure (fsync: EIO)",
             ));
         }
-        self.inner.write(batch, durability)
+        this.inner.write(batch, durability)
     }
 }
 

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use flushpoint::codec::keys;
 use flushpoint::{
-    Batch, BlockStore, Db, DbIter, Direction, Durability, Error, KeyRange, MemoryDb,
+    Batch, BlockStore, Db, DbWrapper, Direction, Durability, Error, KeyRange, MemoryDb,
     PRUNE_BATCH_BLOCKS, Result,
 };
 use support::{Saved, chain};
@@ -44,28 +44,23 @@ struct CrashingDb {
     crashes: Arc<AtomicU64>,
 }
 
-impl Db for CrashingDb {
-    fn name(&self) -> &str {
-        self.inner.name()
+impl DbWrapper for CrashingDb {
+    type Inner = MemoryDb;
+    fn inner(this: &Self) -> &MemoryDb {
+        &this.inner
     }
-    fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        self.inner.get(key)
-    }
-    fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
-        self.inner.range(range, direction)
-    }
-    fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
-        let n = self.writes_seen.fetch_add(1, Ordering::SeqCst);
-        if n < self.writes_before_crash {
-            return self.inner.write(batch, durability);
+    fn write(this: &Self, batch: &Batch, durability: Durability) -> Result<()> {
+        let n = this.writes_seen.fetch_add(1, Ordering::SeqCst);
+        if n < this.writes_before_crash {
+            return this.inner.write(batch, durability);
         }
-        if n == self.writes_before_crash {
-            self.crashes.fetch_add(1, Ordering::SeqCst);
-            if self.in_flight == InFlight::Landed {
-                self.inner.write(batch, durability)?;
+        if n == this.writes_before_crash {
+            this.crashes.fetch_add(1, Ordering::SeqCst);
+            if this.in_flight == InFlight::Landed {
+                this.inner.write(batch, durability)?;
             }
         }
-        Err(Error::storage(self.name(), "write", "crashed"))
+        Err(Error::storage(this.name(), "write", "crashed"))
     }
 }
 

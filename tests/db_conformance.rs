@@ -32,9 +32,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use flushpoint::{
-    Applier, Batch, Db, Direction, Durability, FileSystem, JournalEngine, JournalOptions, KeyRange,
-    KeyspaceOptions, MemoryDb, RedbDb, RedbOptions, SEPARATE_VALUES_MIN_BYTES, SimFs, StdFs,
-    collect_range,
+    Applier, Batch, Db, DbWrapper, Direction, Durability, FileSystem, JournalEngine,
+    JournalOptions, KeyRange, KeyspaceOptions, MemoryDb, RedbDb, RedbOptions,
+    SEPARATE_VALUES_MIN_BYTES, SimFs, StdFs, collect_range,
 };
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 
@@ -1028,34 +1028,35 @@ mod model {
         pub lie: Lie,
     }
 
-    impl Db for Lying {
-        fn name(&self) -> &str {
-            self.inner.name()
+    impl DbWrapper for Lying {
+        type Inner = MemoryDb;
+        fn inner(this: &Self) -> &MemoryDb {
+            &this.inner
         }
-        fn get(&self, key: &[u8]) -> flushpoint::Result<Option<Bytes>> {
-            let v = self.inner.get(key)?;
-            Ok(match (self.lie, v) {
+        fn get(this: &Self, key: &[u8]) -> flushpoint::Result<Option<Bytes>> {
+            let v = this.inner.get(key)?;
+            Ok(match (this.lie, v) {
                 (Lie::WrongValue, Some(v)) => Some([&v[..], &[0u8][..]].concat().into()),
                 (_, v) => v,
             })
         }
-        fn contains(&self, key: &[u8]) -> flushpoint::Result<bool> {
-            Ok(self.lie != Lie::ContainsMissesKey && self.inner.contains(key)?)
+        fn contains(this: &Self, key: &[u8]) -> flushpoint::Result<bool> {
+            Ok(this.lie != Lie::ContainsMissesKey && this.inner.contains(key)?)
         }
         fn write_entries<'a>(
-            &self,
+            this: &Self,
             entries: &mut dyn Iterator<Item = flushpoint::EntryRef<'a>>,
             durability: Durability,
         ) -> flushpoint::Result<()> {
             let mut all: Vec<_> = entries.collect();
-            if self.lie == Lie::EntriesDropLast {
+            if this.lie == Lie::EntriesDropLast {
                 all.pop();
             }
-            self.inner.write_entries(&mut all.into_iter(), durability)
+            this.inner.write_entries(&mut all.into_iter(), durability)
         }
-        fn get_many(&self, keys: &[&[u8]]) -> flushpoint::Result<Vec<Option<Bytes>>> {
-            let mut v = self.inner.get_many(keys)?;
-            if self.lie == Lie::GetManyDropsValue
+        fn get_many(this: &Self, keys: &[&[u8]]) -> flushpoint::Result<Vec<Option<Bytes>>> {
+            let mut v = this.inner.get_many(keys)?;
+            if this.lie == Lie::GetManyDropsValue
                 && let Some(first) = v.iter_mut().find(|x| x.is_some())
             {
                 *first = None;
@@ -1063,12 +1064,12 @@ mod model {
             Ok(v)
         }
         fn range(
-            &self,
+            this: &Self,
             range: KeyRange,
             direction: Direction,
         ) -> flushpoint::Result<flushpoint::DbIter<'_>> {
-            let mut v = collect_range(&self.inner, range, direction)?;
-            match self.lie {
+            let mut v = collect_range(&this.inner, range, direction)?;
+            match this.lie {
                 Lie::RangeDropsKey => {
                     v.pop();
                 }
@@ -1077,9 +1078,9 @@ mod model {
             }
             Ok(Box::new(v.into_iter().map(Ok)))
         }
-        fn write(&self, batch: &Batch, durability: Durability) -> flushpoint::Result<()> {
+        fn write(this: &Self, batch: &Batch, durability: Durability) -> flushpoint::Result<()> {
             let mut ops: Vec<flushpoint::Op> = batch.ops().to_vec();
-            match self.lie {
+            match this.lie {
                 Lie::BatchFirstOpWins => ops.reverse(),
                 Lie::DeleteIgnored => ops.retain(|op| matches!(op, flushpoint::Op::Put(..))),
                 _ => {}
@@ -1091,7 +1092,7 @@ mod model {
                     flushpoint::Op::Delete(k) => b.delete(k),
                 };
             }
-            self.inner.write(&b, durability)
+            this.inner.write(&b, durability)
         }
     }
 

@@ -9,13 +9,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use flushpoint::codec::keys;
 use flushpoint::demo::{ChainSpec, KvApp, Profile};
 use flushpoint::testing::{FailAfter, FailingDb, RecordingDb, WriteLog};
 use flushpoint::{
-    Batch, Db, DbIter, Direction, Durability, Error, Event, EventKind, FlushPolicy, FlushReport,
-    HoldingDb, KeyRange, MemoryDb, Node, Result,
+    Batch, Db, DbWrapper, Durability, Error, Event, EventKind, FlushPolicy, FlushReport, HoldingDb,
+    MemoryDb, Node, Result,
 };
 
 const WINDOW: u64 = 3;
@@ -67,19 +66,14 @@ struct GatedDb<D> {
     gate: Arc<Gate>,
 }
 
-impl<D: Db> Db for GatedDb<D> {
-    fn name(&self) -> &str {
-        self.inner.name()
+impl<D: Db> DbWrapper for GatedDb<D> {
+    type Inner = D;
+    fn inner(this: &Self) -> &D {
+        &this.inner
     }
-    fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        self.inner.get(key)
-    }
-    fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
-        self.inner.range(range, direction)
-    }
-    fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
-        self.gate.pass();
-        self.inner.write(batch, durability)
+    fn write(this: &Self, batch: &Batch, durability: Durability) -> Result<()> {
+        this.gate.pass();
+        this.inner.write(batch, durability)
     }
 }
 

@@ -5,10 +5,9 @@
 use std::error::Error as StdError;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use flushpoint::{
-    Batch, CorruptReason, Db, DbIter, Direction, Durability, Error, ErrorKind, Heights, HoldingDb,
-    KeyRange, MemoryDb, Result,
+    Batch, CorruptReason, Db, DbWrapper, Durability, Error, ErrorKind, Heights, HoldingDb,
+    MemoryDb, Result,
 };
 
 const ENOSPC: i32 = 28;
@@ -54,21 +53,16 @@ struct FailingWrites {
     errno: i32,
 }
 
-impl Db for FailingWrites {
-    fn name(&self) -> &str {
-        self.inner.name()
+impl DbWrapper for FailingWrites {
+    type Inner = MemoryDb;
+    fn inner(this: &Self) -> &MemoryDb {
+        &this.inner
     }
-    fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        self.inner.get(key)
-    }
-    fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
-        self.inner.range(range, direction)
-    }
-    fn write(&self, _batch: &Batch, _durability: Durability) -> Result<()> {
+    fn write(this: &Self, _batch: &Batch, _durability: Durability) -> Result<()> {
         Err(Error::storage(
-            self.name(),
+            this.name(),
             "fsync",
-            std::io::Error::from_raw_os_error(self.errno),
+            std::io::Error::from_raw_os_error(this.errno),
         ))
     }
 }

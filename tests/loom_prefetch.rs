@@ -3,8 +3,9 @@
 //!
 //! Under `--cfg loom` the prefetch module's mutexes, condition variable and worker threads,
 //! and `HoldingDb`'s write-generation atomics and held-window lock, are loom's
-//! (`#[cfg(loom)]` aliases in `src/prefetch/mod.rs` and `src/holding/mod.rs`; the table has
-//! 4 buckets there), so loom schedules the real worker loop against the real write path.
+//! (`#[cfg(loom)]` aliases in `src/prefetch/mod.rs` and `src/holding/generations.rs`; the
+//! table has 4 buckets there), so loom schedules the real worker loop against the real
+//! write path.
 //! The held lock must be loom's: loom's partial-order reduction orders only the operations
 //! it sees, and with a `std` lock it treated a write's bump and apply as one step and never
 //! put a worker's read between them (the planted bump-before-apply went uncaught). The

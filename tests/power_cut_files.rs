@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use flushpoint::demo::{ChainSpec, KvApp, Profile, State};
 use flushpoint::{
-    Batch, Db, DbIter, DirFate, Direction, Durability, Event, EventKind, FileFate, FlushPolicy,
+    Batch, Db, DbWrapper, DirFate, Direction, Durability, Event, EventKind, FileFate, FlushPolicy,
     HoldingDb, Home, KeyRange, Node, Op, RedbOptions, SimFs, SimOp, collect_range,
 };
 use support::{check_events, file_fates, full};
@@ -108,19 +108,14 @@ struct Recorder {
     log: WriteLog,
 }
 
-impl Db for Recorder {
-    fn name(&self) -> &str {
-        self.inner.name()
+impl DbWrapper for Recorder {
+    type Inner = dyn Db;
+    fn inner(this: &Self) -> &Self::Inner {
+        &*this.inner
     }
-    fn get(&self, key: &[u8]) -> flushpoint::Result<Option<Bytes>> {
-        self.inner.get(key)
-    }
-    fn range(&self, range: KeyRange, direction: Direction) -> flushpoint::Result<DbIter<'_>> {
-        self.inner.range(range, direction)
-    }
-    fn write(&self, batch: &Batch, durability: Durability) -> flushpoint::Result<()> {
+    fn write(this: &Self, batch: &Batch, durability: Durability) -> flushpoint::Result<()> {
         let i = {
-            let mut log = self.log.lock().unwrap();
+            let mut log = this.log.lock().unwrap();
             log.push(Written {
                 batch: batch.clone(),
                 synced: durability == Durability::Synced,
@@ -128,8 +123,8 @@ impl Db for Recorder {
             });
             log.len() - 1
         };
-        let r = self.inner.write(batch, durability);
-        self.log.lock().unwrap()[i].acked = r.is_ok();
+        let r = this.inner.write(batch, durability);
+        this.log.lock().unwrap()[i].acked = r.is_ok();
         r
     }
 }

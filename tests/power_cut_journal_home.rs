@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use flushpoint::demo::{ChainSpec, KvApp, Profile, State};
 use flushpoint::{
-    Applier, Batch, Db, DbIter, DirFate, Direction, Durability, Error, FileFate, FlushPolicy,
+    Applier, Batch, Db, DbWrapper, DirFate, Direction, Durability, Error, FileFate, FlushPolicy,
     HoldingDb, Home, HomeEngine, HomeOptions, JournalOptions, KeyRange, Node, Op, SimFs,
     collect_range,
 };
@@ -128,25 +128,20 @@ struct Recorder {
     log: WriteLog,
 }
 
-impl Db for Recorder {
-    fn name(&self) -> &str {
-        self.inner.name()
+impl DbWrapper for Recorder {
+    type Inner = dyn Db;
+    fn inner(this: &Self) -> &Self::Inner {
+        &*this.inner
     }
-    fn get(&self, key: &[u8]) -> flushpoint::Result<Option<Bytes>> {
-        self.inner.get(key)
-    }
-    fn range(&self, range: KeyRange, direction: Direction) -> flushpoint::Result<DbIter<'_>> {
-        self.inner.range(range, direction)
-    }
-    fn write(&self, batch: &Batch, durability: Durability) -> flushpoint::Result<()> {
-        let mut log = self.log.lock().unwrap();
+    fn write(this: &Self, batch: &Batch, durability: Durability) -> flushpoint::Result<()> {
+        let mut log = this.log.lock().unwrap();
         log.push(Written {
-            db: self.db,
+            db: this.db,
             batch: batch.clone(),
             synced: durability == Durability::Synced,
             acked: false,
         });
-        let r = self.inner.write(batch, durability);
+        let r = this.inner.write(batch, durability);
         log.last_mut().unwrap().acked = r.is_ok();
         r
     }

@@ -26,8 +26,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use flushpoint::{
-    Batch, Db, DbIter, Direction, Durability, HoldingDb, KeyRange, MemoryDb, PrefetchPool,
-    PrefetchSource, PrefetchStats, Result,
+    Batch, Db, DbWrapper, Durability, HoldingDb, MemoryDb, PrefetchPool, PrefetchSource,
+    PrefetchStats, Result,
 };
 use support::Rng;
 
@@ -45,24 +45,25 @@ fn nap() {
     std::thread::sleep(Duration::from_micros(20));
 }
 
-impl Db for SlowDb {
-    fn name(&self) -> &str {
-        self.0.name()
+impl DbWrapper for SlowDb {
+    type Inner = MemoryDb;
+    fn inner(this: &Self) -> &MemoryDb {
+        &this.0
     }
-    fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+    fn get(this: &Self, key: &[u8]) -> Result<Option<Bytes>> {
         nap();
-        self.0.get(key)
+        this.0.get(key)
     }
-    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
+    fn contains(this: &Self, key: &[u8]) -> Result<bool> {
+        Ok(DbWrapper::get(this, key)?.is_some())
+    }
+    fn get_many(this: &Self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
         nap();
-        self.0.get_many(keys)
+        this.0.get_many(keys)
     }
-    fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
-        self.0.range(range, direction)
-    }
-    fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
+    fn write(this: &Self, batch: &Batch, durability: Durability) -> Result<()> {
         nap();
-        self.0.write(batch, durability)
+        this.0.write(batch, durability)
     }
 }
 

@@ -4,9 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bytes::Bytes;
-
-use super::{Batch, Db, DbIter, Direction, Durability, EntryRef, KeyRange};
+use super::{Batch, Db, DbWrapper, Durability, EntryRef};
 use crate::error::Result;
 
 /// Live counters of one database's writes. Cheap to clone (shared).
@@ -105,29 +103,20 @@ impl<D: Db> CountingDb<D> {
     }
 }
 
-impl<D: Db> Db for CountingDb<D> {
-    fn name(&self) -> &str {
-        self.inner.name()
+/// Writes are counted; everything else forwards (the unit group is `None`: a unit write
+/// would not be counted).
+impl<D: Db> DbWrapper for CountingDb<D> {
+    type Inner = D;
+    fn inner(this: &Self) -> &D {
+        &this.inner
     }
-    fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        self.inner.get(key)
-    }
-    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
-        self.inner.get_many(keys)
-    }
-    fn contains(&self, key: &[u8]) -> Result<bool> {
-        self.inner.contains(key)
-    }
-    fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
-        self.inner.range(range, direction)
-    }
-    fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
-        let res = self.inner.write(batch, durability);
-        self.count(&res, durability, batch.byte_size());
+    fn write(this: &Self, batch: &Batch, durability: Durability) -> Result<()> {
+        let res = this.inner.write(batch, durability);
+        this.count(&res, durability, batch.byte_size());
         res
     }
     fn write_entries<'a>(
-        &self,
+        this: &Self,
         entries: &mut dyn Iterator<Item = EntryRef<'a>>,
         durability: Durability,
     ) -> Result<()> {
@@ -135,11 +124,8 @@ impl<D: Db> Db for CountingDb<D> {
         let mut counted = entries.inspect(|(k, v)| {
             bytes += (k.len() + v.map_or(0, |v| v.len())) as u64;
         });
-        let res = self.inner.write_entries(&mut counted, durability);
-        self.count(&res, durability, bytes);
+        let res = this.inner.write_entries(&mut counted, durability);
+        this.count(&res, durability, bytes);
         res
-    }
-    fn disk_size_bytes(&self) -> Result<u64> {
-        self.inner.disk_size_bytes()
     }
 }

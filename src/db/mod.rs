@@ -1,4 +1,6 @@
-//! The database layer: the [`Db`] trait, batches, durability, and the backends.
+//! The database layer: the [`Db`] trait, batches, durability, the backends, [`DbWrapper`]
+//! for a database that wraps another, and the merge of an overlay of writes over a disk
+//! iterator (`MergeOver`).
 //!
 //! Invariant: a batch is atomic — after a crash it is wholly on disk or wholly absent.
 //! Invariant: a `Synced` write that returned `Ok` survives a power cut; a `Buffered` one may
@@ -9,16 +11,20 @@
 
 mod counting;
 mod memory;
+mod merge;
 mod redb_db;
 mod redb_guard;
 mod storage;
+mod wrapper;
 
 pub use counting::{CountingDb, SyncCounters, SyncCounts};
 pub use memory::MemoryDb;
+pub(crate) use merge::{MergeOver, OverlayEntry};
 pub use redb_db::{RedbDb, RedbOptions, fsync_dir};
 pub(crate) use redb_guard::{GuardedDrop, GuardedIter, RedbGuard};
 pub use redb_guard::{inside_guarded_redb_call, quiet_caught_redb_panics};
 pub use storage::{BackendCounters, BackendCounts, CountingBackend};
+pub use wrapper::DbWrapper;
 
 use std::fmt::Debug;
 use std::ops::Bound;
@@ -227,6 +233,13 @@ pub type DbIter<'a> = Box<dyn Iterator<Item = Result<Entry>> + Send + 'a>;
 /// Implementations must be safe to share between threads. The contract on writes is the
 /// module's: a batch is atomic; `Synced` is durable when `write` returns `Ok`; after an `Err`
 /// the batch may or may not be durable and the handle is poisoned.
+///
+/// A backend implements `Db`. A wrapper that changes some of another database's behaviour
+/// (counting, recording, fault injection, a downgraded durability) implements
+/// [`DbWrapper`] instead and writes only the functions it changes; every other one forwards
+/// to the database it wraps, with the two exceptions that keep writes from bypassing it
+/// (`write_entries` goes through its `write`, `unit_group` is `None`). `Arc<D>` and
+/// `Box<D>` are databases this way, forwarding everything.
 pub trait Db: Send + Sync + Debug {
     /// The database's name, used in every error.
     fn name(&self) -> &str;
@@ -259,8 +272,10 @@ pub trait Db: Send + Sync + Debug {
     /// Applies the entries `entries` yields — `(key, Some(value))` a put, `(key, None)` a
     /// delete, each key at most once — atomically with `durability`, exactly as
     /// [`Db::write`] would apply them as one batch. A flush point writes its window this
-    /// way, straight from the held overlay: a backend that overrides it inserts without a
-    /// batch being built; the default builds one. A wrapper forwards it to what it wraps.
+    /// way, straight from the held window: a backend that overrides it inserts without a
+    /// batch being built; the default builds one. A wrapper that changes no write forwards
+    /// it to what it wraps; one that changes `write` lets it go through its `write`
+    /// ([`DbWrapper::write_entries`]) or counts it itself.
     fn write_entries<'a>(
         &self,
         entries: &mut dyn Iterator<Item = EntryRef<'a>>,
@@ -334,74 +349,6 @@ impl UnitMember {
 /// One entry of [`Db::write_entries`]: a key and `Some(value)` for a put, `None` for a
 /// delete.
 pub type EntryRef<'a> = (&'a Bytes, Option<&'a Bytes>);
-
-impl<T: Db + ?Sized> Db for std::sync::Arc<T> {
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        (**self).get(key)
-    }
-    fn contains(&self, key: &[u8]) -> Result<bool> {
-        (**self).contains(key)
-    }
-    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
-        (**self).get_many(keys)
-    }
-    fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
-        (**self).range(range, direction)
-    }
-    fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
-        (**self).write(batch, durability)
-    }
-    fn write_entries<'a>(
-        &self,
-        entries: &mut dyn Iterator<Item = EntryRef<'a>>,
-        durability: Durability,
-    ) -> Result<()> {
-        (**self).write_entries(entries, durability)
-    }
-    fn disk_size_bytes(&self) -> Result<u64> {
-        (**self).disk_size_bytes()
-    }
-    fn unit_group(&self) -> Option<UnitMember> {
-        (**self).unit_group()
-    }
-}
-
-impl<T: Db + ?Sized> Db for Box<T> {
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        (**self).get(key)
-    }
-    fn contains(&self, key: &[u8]) -> Result<bool> {
-        (**self).contains(key)
-    }
-    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
-        (**self).get_many(keys)
-    }
-    fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
-        (**self).range(range, direction)
-    }
-    fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
-        (**self).write(batch, durability)
-    }
-    fn write_entries<'a>(
-        &self,
-        entries: &mut dyn Iterator<Item = EntryRef<'a>>,
-        durability: Durability,
-    ) -> Result<()> {
-        (**self).write_entries(entries, durability)
-    }
-    fn disk_size_bytes(&self) -> Result<u64> {
-        (**self).disk_size_bytes()
-    }
-    fn unit_group(&self) -> Option<UnitMember> {
-        (**self).unit_group()
-    }
-}
 
 /// Collects a range into a vector (convenience for small ranges and tests).
 pub fn collect_range(db: &dyn Db, range: KeyRange, direction: Direction) -> Result<Vec<Entry>> {

@@ -20,9 +20,9 @@ use bytes::Bytes;
 use flushpoint::demo::DemoHistory;
 use flushpoint::demo::{ChainSpec, KvApp, Profile, Tx};
 use flushpoint::{
-    Batch, BlockStore, CountingDb, Db, DbIter, Direction, Durability, FlushPolicy, HoldingDb, Home,
-    HomeEngine, HomeOptions, KeyRange, MemoryDb, Mode, NoEvents, Node, Op, RedbOptions, StateStore,
-    SyncCounters,
+    Batch, BlockStore, CountingDb, Db, DbWrapper, Direction, Durability, FlushPolicy, HoldingDb,
+    Home, HomeEngine, HomeOptions, KeyRange, MemoryDb, Mode, NoEvents, Node, Op, RedbOptions,
+    StateStore, SyncCounters,
 };
 
 use crate::check::{Outcome, check};
@@ -65,25 +65,20 @@ fn fp_err(what: &str) -> impl Fn(flushpoint::Error) -> String + '_ {
 #[derive(Debug)]
 struct Unsynced(Arc<dyn Db>);
 
-impl Db for Unsynced {
-    fn name(&self) -> &str {
-        self.0.name()
+impl DbWrapper for Unsynced {
+    type Inner = dyn Db;
+    fn inner(this: &Self) -> &Self::Inner {
+        &*this.0
     }
-    fn get(&self, key: &[u8]) -> flushpoint::Result<Option<Bytes>> {
-        self.0.get(key)
-    }
-    fn range(&self, range: KeyRange, direction: Direction) -> flushpoint::Result<DbIter<'_>> {
-        self.0.range(range, direction)
-    }
-    fn write(&self, batch: &Batch, _durability: Durability) -> flushpoint::Result<()> {
-        self.0.write(batch, Durability::Buffered)
+    fn write(this: &Self, batch: &Batch, _durability: Durability) -> flushpoint::Result<()> {
+        this.0.write(batch, Durability::Buffered)
     }
     fn write_entries<'a>(
-        &self,
+        this: &Self,
         entries: &mut dyn Iterator<Item = flushpoint::EntryRef<'a>>,
         _durability: Durability,
     ) -> flushpoint::Result<()> {
-        self.0.write_entries(entries, Durability::Buffered)
+        this.0.write_entries(entries, Durability::Buffered)
     }
 }
 
@@ -97,26 +92,21 @@ struct Recorder {
     log: Log,
 }
 
-impl Db for Recorder {
-    fn name(&self) -> &str {
-        self.inner.name()
+impl DbWrapper for Recorder {
+    type Inner = MemoryDb;
+    fn inner(this: &Self) -> &MemoryDb {
+        &this.inner
     }
-    fn get(&self, key: &[u8]) -> flushpoint::Result<Option<Bytes>> {
-        self.inner.get(key)
-    }
-    fn range(&self, range: KeyRange, direction: Direction) -> flushpoint::Result<DbIter<'_>> {
-        self.inner.range(range, direction)
-    }
-    fn write(&self, batch: &Batch, durability: Durability) -> flushpoint::Result<()> {
-        let mut log = self.log.lock().expect("recorder log");
+    fn write(this: &Self, batch: &Batch, durability: Durability) -> flushpoint::Result<()> {
+        let mut log = this.log.lock().expect("recorder log");
         for op in batch.ops() {
             match op {
-                Op::Put(k, v) => log.push((self.store, k.to_vec(), Some(v.len() as u32))),
-                Op::Delete(k) => log.push((self.store, k.to_vec(), None)),
+                Op::Put(k, v) => log.push((this.store, k.to_vec(), Some(v.len() as u32))),
+                Op::Delete(k) => log.push((this.store, k.to_vec(), None)),
             }
         }
         drop(log);
-        self.inner.write(batch, durability)
+        this.inner.write(batch, durability)
     }
 }
 
