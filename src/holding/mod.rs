@@ -55,6 +55,16 @@ use crate::poison::Poison;
 use generations::WriteGenerations;
 use held::HeldWindows;
 
+/// The memory a held key takes beyond its key and value bytes, as the flush trigger counts
+/// it. Why 96: the window's entry (two `Bytes`, 64 B) and its hash and key-order slots
+/// (~10 B), with the slack of a vector grown by doubling (about 98 B per key in a
+/// database's first window of 100,000 keys; a later window starts at the size of the one
+/// before); a short key and value are copied into the window's chunks, with no allocation
+/// of their own (`tests/held_memory.rs` counts it with a counting allocator). A light
+/// block's keys carry ~140 B of key and value each: without this charge a light window
+/// could take about twice the memory the cap counts.
+pub const HELD_KEY_BYTES: u64 = 96;
+
 /// A database whose writes can be held in memory and written at flush points.
 #[derive(Debug)]
 pub struct HoldingDb<D> {

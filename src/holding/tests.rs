@@ -216,7 +216,7 @@ fn a_window_put_back_after_a_failed_write_keeps_its_memory_even_when_shared() {
         put(&d, "j", "v");
         let before = d.held_memory();
         assert!(
-            before > 6 + 1 + 2 + 2 * crate::node::HELD_KEY_BYTES,
+            before > 6 + 1 + 2 + 2 * super::HELD_KEY_BYTES,
             "the replaced value is counted: {before}"
         );
         d.freeze().unwrap();

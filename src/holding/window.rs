@@ -118,7 +118,7 @@ impl Window {
     pub(super) fn memory(&self) -> u64 {
         self.held_bytes
             + self.chunks.replaced_bytes
-            + self.entries.len() as u64 * crate::node::HELD_KEY_BYTES
+            + self.entries.len() as u64 * super::HELD_KEY_BYTES
     }
 
     /// Keys held.

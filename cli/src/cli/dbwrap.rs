@@ -16,10 +16,8 @@ use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
 use flushpoint::{
-    Batch, Db, DbIter, Direction, Durability, EntryRef, KeyRange, Result, UnitGroup, UnitMember,
-    UnitPart,
+    Batch, Db, DbWrapper, Durability, EntryRef, Result, UnitGroup, UnitMember, UnitPart,
 };
 
 /// Environment variable that makes `sync` print `@fp` markers for `crash-test`.
@@ -291,79 +289,67 @@ impl UnitGroup for CliUnitGroup {
     }
 }
 
-impl Db for CliDb {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        self.inner.get(key)
-    }
-    fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
-        self.inner.get_many(keys)
-    }
-    fn contains(&self, key: &[u8]) -> Result<bool> {
-        self.inner.contains(key)
-    }
-    fn range(&self, range: KeyRange, direction: Direction) -> Result<DbIter<'_>> {
-        self.inner.range(range, direction)
+// Reads, `name` and `disk_size_bytes` forward; writes pass through the downgrade and the
+// crash-test markers, and the unit group is the CLI's own.
+impl DbWrapper for CliDb {
+    type Inner = dyn Db;
+    fn inner(this: &Self) -> &Self::Inner {
+        &*this.inner
     }
     fn write_entries<'a>(
-        &self,
+        this: &Self,
         entries: &mut dyn Iterator<Item = EntryRef<'a>>,
         durability: Durability,
     ) -> Result<()> {
         let probed = matches!(
-            (&self.probe, durability),
+            (&this.probe, durability),
             (Some(p), Durability::Synced) if p.phase() != Phase::Consensus
         );
         if probed {
             // The crash-test markers live in `write`: give it the batch.
-            return self.write(&Batch::from_entries(entries), durability);
+            return <Self as DbWrapper>::write(this, &Batch::from_entries(entries), durability);
         }
-        let d = if self.downgrade_sync {
+        let d = if this.downgrade_sync {
             Durability::Buffered
         } else {
             durability
         };
-        self.inner.write_entries(entries, d)
+        this.inner.write_entries(entries, d)
     }
-    fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
-        let d = if self.downgrade_sync {
+    fn write(this: &Self, batch: &Batch, durability: Durability) -> Result<()> {
+        let d = if this.downgrade_sync {
             Durability::Buffered
         } else {
             durability
         };
-        let probe = match (&self.probe, durability) {
+        let probe = match (&this.probe, durability) {
             (Some(p), Durability::Synced) if p.phase() != Phase::Consensus => p,
-            _ => return self.inner.write(batch, d),
+            _ => return this.inner.write(batch, d),
         };
-        let what = self.which.label();
+        let what = this.which.label();
         match probe.phase() {
             Phase::BlockSync => {
                 // In block sync every synced write belongs to a flush point (steps 1–3).
-                if self.which == Which::BlockStore {
+                if this.which == Which::BlockStore {
                     let n = probe.flushes.fetch_add(1, Ordering::SeqCst) + 1;
                     probe.mark(&format!("flush-begin n={n}"));
                 }
                 probe.mark(&format!("flush-write-begin {what}"));
-                self.inner.write(batch, d)?;
+                this.inner.write(batch, d)?;
                 probe.mark(&format!("flush-write-done {what}"));
-                if self.which == Which::App {
+                if this.which == Which::App {
                     probe.mark("flush-end");
                 }
             }
             _ => {
                 probe.mark(&format!("repair-write-begin {what}"));
-                self.inner.write(batch, d)?;
+                this.inner.write(batch, d)?;
                 probe.mark(&format!("repair-write-done {what}"));
             }
         }
         Ok(())
     }
-    fn disk_size_bytes(&self) -> Result<u64> {
-        self.inner.disk_size_bytes()
-    }
-    fn unit_group(&self) -> Option<UnitMember> {
-        self.unit.clone()
+    fn unit_group(this: &Self) -> Option<UnitMember> {
+        this.unit.clone()
     }
 }
