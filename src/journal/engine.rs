@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -26,308 +26,37 @@ use redb::{
     TableHandle,
 };
 
+use super::format::{
+    INDEX_FILE, INDEX_KIND_RUNS, KEYSPACE_TABLE_PREFIX, LIVE, META, META_APPLIED_END_OFFSET,
+    META_APPLIED_END_SEGMENT, META_APPLIED_SEQ, META_FIRST_SEGMENT, META_INDEX_PREFIX,
+    META_SEPARATE_PREFIX, RUN_LEVEL, RUN_VALUES, RUNS, SPARE_SEGMENT_FILE, VALUE_INLINE, ValueAt,
+    parse_run_file_name, parse_segment_file_name, runs_dir, segment_file_name, table_name,
+};
+use super::limits::{
+    MERGE_STOP_CHECK_OPS, MERGER_BEHIND_RECHECK, MERGER_NICE_INCREMENT_MAX, POISON_RECHECK,
+    PUNCH_BLOCK_BYTES, RUN_MERGE_RATIO, RUNS_BEHIND_MAX, RUNS_MAX, SEPARATE_VALUES_MIN_BYTES,
+    SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL, ZERO_CHUNK_BYTES,
+};
+use super::options::{
+    Applier, Counters, JournalCounts, JournalOptions, JournalUsage, KeyspaceIndex, KeyspaceOptions,
+    KeyspaceUsage, bump,
+};
 use super::overlay::{KeyOrdered, NewestPerKey, Overlay, UnitOps};
 use super::recovery::{self, Recorded, SEGMENT_ENDS};
-use super::run::{Lookup, MergedRuns, RUN_BLOCK_BYTES, Run, RunWriter, run_file_name};
+use super::run::{Lookup, MergedRuns, Run, RunWriter, run_file_name};
 use super::unit::{self, KEYSPACE_NAME_BYTES_MAX, Layout, Sections, UnitOp};
 use crate::db::{
-    BackendCounters, BackendCounts, Batch, CountingBackend, Db, DbIter, Direction, Durability,
-    Entry, EntryRef, GuardedDrop, GuardedIter, KeyRange, Op, RedbDb, RedbGuard, RedbOptions,
-    UnitGroup, UnitMember, UnitPart,
+    BackendCounters, Batch, CountingBackend, Db, DbIter, Direction, Durability, Entry, EntryRef,
+    GuardedDrop, GuardedIter, KeyRange, Op, RedbDb, RedbGuard, RedbOptions, UnitGroup, UnitMember,
+    UnitPart,
 };
 use crate::error::{CorruptReason, Error, Result};
 use crate::fs::{FileSystem, FsBackend, FsFile, OpenMode, create_dir_all_durably};
 use crate::poison::Poison;
 use crate::sync::{Condvar, Mutex, MutexGuard, Step, thread};
 
-/// Bytes after which the active segment is closed and a new one started. Why this bound:
-/// trimming frees whole segments, so this is the granularity space comes back in; 64 MiB
-/// is one checkpoint's worth of units, so a checkpoint can usually free a segment.
-pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
-/// Applied bytes (keys and values) after which a checkpoint runs. Why this bound: it caps
-/// what an open replays beyond the unapplied units ([`OVERLAY_BYTES_MAX`]; ~64 MiB of
-/// units: well under a second of sequential read and redb inserts on the measured machine)
-/// and what the journal holds past redb.
-pub const CHECKPOINT_BYTES: u64 = 64 * 1024 * 1024;
-/// Longest time between checkpoints while units are being applied. Why this bound: a quiet
-/// node's replay on open and its journal's size stay bounded even when few bytes arrive.
-pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
-/// Bytes (keys and values) of unapplied units above which writers wait for the applier.
-/// Why this bound: the applier takes every durable unit in one step (ADR 0008), and at
-/// scale a step's cost is mostly its sweep of the index's leaves, which grows little with
-/// the units in it; four checkpoints' worth lets a step take about four flush windows when
-/// the applier is behind, so the leaves are swept a quarter as often. It also bounds the
-/// overlay's memory and what an open replays (at most this, one unit and a checkpoint's
-/// worth). Measured (tenth session, `benches/compare/PERFORMANCE.md`, "The index cache
-/// against the overlay"): with [`INDEX_CACHE_BYTES`] it made 300k light blocks 1.1–1.2×
-/// faster than 128 MiB with a 192 MiB cache, at the same or a lower peak RSS. A smaller
-/// overlay, or one admitting a unit only when it fits, saved memory but cost speed at
-/// scale (seventh session, "Where a journal home's memory goes").
-pub const OVERLAY_BYTES_MAX: u64 = 4 * CHECKPOINT_BYTES;
-/// How long the background applier lets a durable unit wait for others before applying it.
-/// Why this bound: each apply step is one redb commit, whose CPU cost does not shrink with
-/// the unit (measured: one commit per consensus-block unit made `fpj-unit` 0.50 ms/block
-/// against 0.11 ms for the raw append + `fdatasync`); 20 ms gathers ~tens of blocks per
-/// commit, and a reader sees the overlay meanwhile, so nothing waits on it.
-pub const APPLY_BATCH_DELAY: Duration = Duration::from_millis(20);
-/// The smallest synced unit the background applier begins to apply while the unit is
-/// still being written and synced (ADR 0015, "Applied while it is synced"): its run files
-/// and index inserts are made meanwhile, and the step's index commit waits until the unit
-/// is durable and in the overlay. Why this bound: a flush window's unit (tens of MiB) is
-/// applied while its window is in flight and the next window's loop waits for it
-/// (`write + sync` then `apply` was 0.25–0.4 s against a light window's 0.3 s of
-/// execution, twenty-fifth session); a consensus block's unit (10 KiB light, ~1.8 MiB
-/// heavy) is left to the batching delay, which gathers many into one step.
-pub const APPLY_WHILE_SYNCING_BYTES_MIN: u64 = 4 << 20;
-/// How many nice steps below the thread that opens the engine the merger thread runs
-/// (Linux: a nice value is per thread, and the kernel caps it at 19; elsewhere nothing
-/// changes). Why: a merge only makes later reads cheaper, yet at an equal share it took
-/// CPU from the block loop whenever the loop, the flush thread and the applier kept both
-/// cores of this machine class busy (measured, twenty-sixth session,
-/// `benches/compare/PERFORMANCE.md`). Lowered, the merger still runs whenever a core is
-/// free; what it is late with is only more runs for a read to probe, and a merger three
-/// times the usual run count behind makes the background applier wait for it (units stay
-/// in the overlay, writers wait once it is full), so the files and probes stay bounded.
-/// 19 takes the lowest priority.
-pub const MERGER_NICE_INCREMENT: u8 = 19;
-/// The largest [`JournalOptions::merger_nice_increment`]: nice values go from -20 to 19.
-pub const MERGER_NICE_INCREMENT_MAX: u8 = 39;
-/// The index's file name in the journal directory.
-pub const INDEX_FILE: &str = "index.redb";
-/// redb's page cache for the index, in bytes. Why this bound: since the app's state went to
-/// sorted runs (ADR 0014) and the parts and the app's large values to the journal (ADR 0013,
-/// 0016), the index holds the block store's and the state's small records and pointers: an
-/// apply step appends to the right edges of their trees, and a node reads its last few
-/// blocks and its state, so a cache of a few MiB holds what is hot; the rest is the OS page
-/// cache's. Measured (twenty-first session, the tool, 300k light blocks, `--cache-mib`, 3
-/// interleaved rounds; `benches/compare/PERFORMANCE.md`, "The index cache, again"): 8 MiB
-/// peaked at 315–342 MB RSS against 411–433 MB at 64 MiB, in 22.4–25.6 s against
-/// 24.4–29.0 s; the consensus rows (`fpj-unit`, `fpj-save-block`, light and heavy) within
-/// their spread at 8, 16 and 64 MiB. (The tenth session's 64 MiB was chosen when the app's
-/// random keys were in the index, which at scale read and wrote most of their leaves each
-/// step.) An embedder whose own keyspaces are large trees read at random gains by raising
-/// it (`index_cache_bytes`).
-pub const INDEX_CACHE_BYTES: usize = 8 * 1024 * 1024;
-
-const _: () = assert!(
-    OVERLAY_BYTES_MAX >= CHECKPOINT_BYTES,
-    "writers must be able to run ahead of the applier by at least one checkpoint"
-);
-const _: () = assert!(
-    SEGMENT_BYTES >= (unit::HEADER_BYTES + unit::TRAILER_BYTES) as u64,
-    "a segment holds at least one empty unit"
-);
-
-/// Units of at least this many bytes, and buffered units, go to segments that are not
-/// prepared: a roll for one creates an empty segment that grows, and leaves the spare for a
-/// small synced unit. Why this bound: a prepared segment saves a synced unit's `sync_data`
-/// one metadata write (the file's size), which matters to a consensus block of ~10–20 KB;
-/// its zeros cost a second write of every byte the segment will hold. A flush point's unit
-/// is tens of MiB, synced once, and a heavy block's `save_block` ~0.9 MB: beside their data
-/// the metadata write is nothing, and the zeros were the cost. Measured: flush points
-/// (twelfth session, `FPJ_PREPARE=0` against 1, `fpj-deferred`) light blocks 9–11 % faster to
-/// durable, heavy 2–39 %; heavy `save_block` (seventeenth session, 0.9 MB units under the
-/// former 1 MiB bound) p99 25–31 ms over prepared zeros against 2.1–2.5 ms without, its
-/// bytes written 2.04× logical against 1.00× (`benches/compare/PERFORMANCE.md`). At 256 KiB
-/// the metadata write a prepared segment saves (~0.065 ms here) is under a tenth of the
-/// unit's own write (~0.75 ms at this class's disk speed).
-pub const PREPARED_UNITS_BELOW_BYTES: u64 = 256 * 1024;
-
-/// Small synced units in a row (this one counted) before one rolls early into the spare,
-/// leaving a growing segment's room unused. Why: a spare's zeros pay off only over a run of
-/// small synced units (consensus blocks); a small unit among large ones (a heavy chain's
-/// empty block, one in 13 in the demo chain) rolled into the spare, and the large units that
-/// followed filled it: 64 MiB of zeros written for one block's saving. Any unit of at least
-/// [`PREPARED_UNITS_BELOW_BYTES`] starts the count again; small buffered units leave it as it
-/// is. What it costs a node that switches from block sync to consensus: its first 3 blocks'
-/// syncs append (0.12 ms against 0.055 ms over zeros, measured on this machine class).
-pub const SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL: u32 = 4;
-
-/// The spare segment's file name: a segment's worth of zeros, written and synced ahead of
-/// time, renamed in at the next roll (ADR 0008, "Prepared segments").
-pub const SPARE_SEGMENT_FILE: &str = "spare.segment";
-/// Bytes of zeros per write when a spare is prepared: one page. Why: the page cache sizes
-/// its folios by the write that creates them; zeros written 1 MiB at a time leave 1 MiB
-/// folios, and every unit's `sync_data` then wrote back a whole folio (measured here: 1,034
-/// KiB written per 10 KB unit, 75× the unit). Page-sized writes keep each unit's writeback
-/// to the pages it touched (13.8 KiB), and the sync at 0.055 ms against 0.12 ms for an
-/// appending one. 16,384 writes per 64 MiB spare, off the writer's path.
-const ZERO_CHUNK_BYTES: u64 = 4096;
-
 /// The name errors of the engine itself carry.
 pub(super) const ENGINE_NAME: &str = "journal";
-const META: TableDefinition<&str, u64> = TableDefinition::new("journal.meta");
-const META_APPLIED_SEQ: &str = "applied_seq";
-const META_FIRST_SEGMENT: &str = "first_segment";
-/// Where the last checkpointed unit ends: its segment and the offset after it. Recovery
-/// refuses an invalid unit before that point (it was durable: it was applied) rather than
-/// take it for a torn tail — the values the index points at may lie there (ADR 0013).
-const META_APPLIED_END_SEGMENT: &str = "applied_end_segment";
-const META_APPLIED_END_OFFSET: &str = "applied_end_offset";
-/// Prefix of a keyspace's table name in the index.
-const KEYSPACE_TABLE_PREFIX: &str = "ks.";
-/// Meta key prefix: `index.<keyspace>` → how the keyspace is indexed, present for the
-/// keyspaces indexed by runs only ([`INDEX_KIND_RUNS`]; ADR 0014). Written in the durable
-/// commit that creates the keyspace, as `separate.` is.
-const META_INDEX_PREFIX: &str = "index.";
-/// `index.<keyspace>`'s value for a keyspace indexed by sorted runs.
-const INDEX_KIND_RUNS: u64 = 1;
-/// The runs manifest: (keyspace, run id) → level (0 for every run today; ADR 0014). A row
-/// is written by the apply step that writes its run (`Durability::None`), so it becomes
-/// durable with the next checkpoint only, which syncs the run first.
-const RUNS: TableDefinition<(&str, u64), u64> = TableDefinition::new("journal.runs");
-/// The level of a run written by an apply step or a merge (one level today: the manifest's
-/// value is kept for a leveled policy).
-const RUN_LEVEL: u64 = 0;
-/// Runs a keyspace holds at most after a step's merges: past it, the newest are merged
-/// whatever their sizes. Why 8: a read of a key no run holds probes every run's filter
-/// (each passes ~1 % of absent keys: a `pread` each), and a range reads a block per run
-/// ahead; 8 bounds both, as the measured prototype did (ADR 0014).
-const RUNS_MAX: usize = 8;
-/// Runs a keyspace may hold while the merger thread is behind, before the background
-/// applier waits for it: the applier begins no step that would add a run until a merge
-/// brings the count under this (units wait in the overlay meanwhile, and writers once
-/// that is full). Why a bound: the merger runs below the block loop
-/// ([`MERGER_NICE_INCREMENT`]) and may get little CPU while the loop and the applier keep
-/// every core busy; measured at 100k–300k light blocks it ended 8–13 runs behind a clean
-/// 4–6 (twenty-sixth session), so 3 × [`RUNS_MAX`] is never reached by a merger that gets
-/// the idle CPU and stops the files and filter probes growing without limit when it gets
-/// none.
-const RUNS_BEHIND_MAX: usize = 3 * RUNS_MAX;
-/// How often an applier waiting for the merger ([`RUNS_BEHIND_MAX`]) looks again without
-/// being woken. Why: a poison is set without the state lock, so its wake-up can come
-/// between the applier's look and its wait; this bounds what that costs.
-const MERGER_BEHIND_RECHECK: Duration = Duration::from_millis(50);
-/// A merge takes the newest runs while their bytes together are at least `1 /
-/// RUN_MERGE_RATIO` of the next older run's. Why 1 (the newest together at least as large
-/// as the next older): the prototype's ½ (2) rewrote the app's state more often. Measured
-/// (fourteenth session, the tool, 300k light blocks, 2 interleaved rounds,
-/// `benches/compare/PERFORMANCE.md`): 1 wrote 1.78–1.79 GB of runs in 7 merges against
-/// 2.39–2.43 GB in 10, and took 19.9 / 19.9 s against 20.8 / 20.3 s; with at most 16 runs
-/// instead of 8 it was no faster (20.2 / 20.2 s).
-const RUN_MERGE_RATIO: u64 = 1;
-/// The journal's subdirectory holding one directory of run files per keyspace indexed by
-/// runs (ADR 0014): `runs/<keyspace>/<id>.run`.
-pub const RUNS_DIR: &str = "runs";
-/// Meta key prefix: `separate.<keyspace>` → the smallest value that keyspace keeps in the
-/// journal (ADR 0013). Present exactly for the keyspaces whose index values are tagged.
-const META_SEPARATE_PREFIX: &str = "separate.";
-/// Segment → bytes of values in it that the index points at (entries only while > 0): a
-/// separating tree keyspace's entries, and every listed run of a separating runs keyspace
-/// (a run's pointers count until the run leaves the manifest, shadowed or not).
-const LIVE: TableDefinition<u64, u64> = TableDefinition::new("journal.live");
-/// A separating runs keyspace's pointers per run (ADR 0016): (keyspace, run id, segment) →
-/// bytes the run's pointers lead to in that segment (rows only while > 0). Written in the
-/// transaction that lists the run (an apply step's, or a merge's install, which removes
-/// its inputs' rows), with the same change to [`LIVE`]; so [`LIVE`] is always the sum of
-/// the tree's pointers and of these rows.
-const RUN_VALUES: TableDefinition<(&str, u64, u64), u64> =
-    TableDefinition::new("journal.run_values");
-/// Tag of an index value held inline (a separating keyspace's small value).
-const VALUE_INLINE: u8 = 0;
-/// Tag of an index value that points into a segment.
-const VALUE_IN_SEGMENT: u8 = 1;
-/// Bytes of a pointer: tag, segment u64, offset u64, length u32, crc32 u32.
-const POINTER_BYTES: usize = 1 + 8 + 8 + 4 + 4;
-/// The grain a held segment's dead space is given back in: a file-system block. Why:
-/// `fallocate(PUNCH_HOLE)` frees whole blocks only (it zeroes a partial one, freeing
-/// nothing), so only the whole 4 KiB blocks between kept values are punched.
-const PUNCH_BLOCK_BYTES: u64 = 4096;
-
-/// The smallest value a home's block store keeps in the journal rather than in the index
-/// (ADR 0013). Why 1 KiB: a block part (up to 64 KiB) is written once, to the journal, and
-/// the index holds a 25-byte pointer; below a kilobyte the value costs the index little
-/// more than its pointer would, and a load saves a `pread`.
-pub const SEPARATE_VALUES_FROM_BYTES: u32 = 1024;
-/// The smallest threshold [`KeyspaceOptions::separate_values_from`] accepts. Why: a value
-/// shorter than a pointer (25 bytes) and its read costs more kept apart than inline.
-pub const SEPARATE_VALUES_MIN_BYTES: u32 = 64;
-
-/// The file name of segment number `index`: 20 decimal digits and `.seg`.
-pub fn segment_file_name(index: u64) -> String {
-    format!("{index:020}.seg")
-}
-
-/// The run id a file name in a keyspace's runs directory names, if it names one.
-fn parse_run_file_name(name: &std::ffi::OsStr) -> Option<u64> {
-    let digits = name.to_str()?.strip_suffix(".run")?;
-    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
-}
-
-/// Who applies durable units to redb.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Applier {
-    /// A background thread (the node's setting): writes return after the append and sync.
-    Background,
-    /// The writing thread, right after its unit (deterministic: power-cut enumeration).
-    Inline,
-}
-
-/// How a keyspace's applied entries are indexed ([`KeyspaceOptions::index`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum KeyspaceIndex {
-    /// A table in the journal's redb index (the default).
-    #[default]
-    Tree,
-    /// Sorted run files (ADR 0014): each apply step writes the keyspace's ops as one
-    /// immutable run, synced before the checkpoint that lists it; a read asks the runs
-    /// newest first (a bloom filter, then one block). For small values under random keys
-    /// (an app's state), whose inserts into a B-tree larger than its cache read and
-    /// rewrite most of its leaves every step. Each apply step adds a run; the newest runs
-    /// are merged into one when their bytes reach the next older run's, so at most a few
-    /// remain (with the background applier, on a merger thread beside the apply steps).
-    Runs,
-}
-
-/// Options of a keyspace, fixed when it is created ([`JournalEngine::keyspace_with`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct KeyspaceOptions {
-    /// How its applied entries are indexed.
-    pub index: KeyspaceIndex,
-    /// Values of at least this many bytes are written once, to the journal: the index (the
-    /// tree, or the runs) holds a pointer to the value's bytes in its unit (ADR 0013,
-    /// ADR 0016 for runs), and the segment is kept while any pointer into it remains. For
-    /// large values: block parts, pruned by height, or an app's large values. A segment
-    /// comes back only when every value in it is gone (for runs: when merges have dropped
-    /// every pointer into it, shadowed ones included), and nothing compacts a segment a
-    /// few live values hold; the space between them is given back at once. `None` (the
-    /// default): every value goes to the index.
-    pub separate_values_from: Option<u32>,
-}
-
-impl KeyspaceOptions {
-    /// Options keeping values of `bytes` or more in the journal.
-    pub fn separating_values_from(bytes: u32) -> Self {
-        KeyspaceOptions {
-            separate_values_from: Some(bytes),
-            ..KeyspaceOptions::default()
-        }
-    }
-
-    /// Options indexing the keyspace by sorted runs ([`KeyspaceIndex::Runs`]).
-    pub fn indexed_by_runs() -> Self {
-        KeyspaceOptions {
-            index: KeyspaceIndex::Runs,
-            ..KeyspaceOptions::default()
-        }
-    }
-
-    /// These options, with values of `bytes` or more kept in the journal
-    /// ([`KeyspaceOptions::separate_values_from`]).
-    pub fn with_values_separated_from(self, bytes: u32) -> Self {
-        KeyspaceOptions {
-            separate_values_from: Some(bytes),
-            ..self
-        }
-    }
-}
-
 impl KeyspaceUsage {
     /// Counts one entry as the index stores it (a separating keyspace's value tagged,
     /// inline or a pointer).
@@ -356,195 +85,6 @@ impl KeyspaceUsage {
         }
         Ok(())
     }
-}
-
-/// Options of [`JournalEngine::open`]; `Default` is the constants above.
-#[derive(Debug, Clone)]
-pub struct JournalOptions {
-    /// See [`SEGMENT_BYTES`].
-    pub segment_bytes: u64,
-    /// See [`CHECKPOINT_BYTES`].
-    pub checkpoint_bytes: u64,
-    /// See [`CHECKPOINT_INTERVAL`] (used by [`Applier::Background`] only).
-    pub checkpoint_interval: Duration,
-    /// See [`OVERLAY_BYTES_MAX`].
-    pub overlay_bytes_max: u64,
-    /// See [`APPLY_BATCH_DELAY`] (used by [`Applier::Background`] only).
-    pub apply_batch_delay: Duration,
-    /// redb's page cache for the index, in bytes. See [`INDEX_CACHE_BYTES`].
-    pub index_cache_bytes: usize,
-    /// Who applies units.
-    pub applier: Applier,
-    /// Prepared segments: a segment for small synced units starts as `segment_bytes` of
-    /// zeros written and synced ahead of time (by the applier thread, by the open of a new
-    /// journal, or at the roll), so a unit's `sync_data` overwrites allocated, written
-    /// blocks and changes no file size: no metadata to journal (half the cost of an
-    /// appending `fdatasync` on ext4 on this machine class). Costs one extra write of each
-    /// such segment's bytes, off the writer's path; such a segment file is `segment_bytes`
-    /// long from the start. Which units count as small: `prepared_units_below_bytes`.
-    /// Default: on.
-    pub prepare_segments: bool,
-    /// With `prepare_segments`: the synced units that take prepared segments are those
-    /// under this many bytes (default [`PREPARED_UNITS_BELOW_BYTES`]); a larger or buffered
-    /// unit that rolls the journal creates an empty segment instead, and a small synced
-    /// unit that ends a run of [`SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL`] rolls on into the
-    /// spare when one is ready. `u64::MAX`: every synced
-    /// unit's roll takes a prepared segment; 0: none does.
-    pub prepared_units_below_bytes: u64,
-    /// Body bytes after which a run file's block closes (keyspaces indexed by runs; at
-    /// least 1). Default [`RUN_BLOCK_BYTES`]: a point read costs one `pread` of one block.
-    /// Tests use a few bytes so that a run has many blocks.
-    pub run_block_bytes: usize,
-    /// Synced units of at least this many bytes are applied while they are written and
-    /// synced ([`Applier::Background`] only; default [`APPLY_WHILE_SYNCING_BYTES_MIN`];
-    /// `u64::MAX`: never, every unit is applied once durable).
-    pub apply_while_syncing_bytes_min: u64,
-    /// How many nice steps below the opening thread the merger thread runs (default
-    /// [`MERGER_NICE_INCREMENT`]; 0: the same priority; at most
-    /// [`MERGER_NICE_INCREMENT_MAX`], else [`JournalEngine::open`] returns
-    /// [`Error::InvalidInput`]). Linux only; elsewhere ignored.
-    pub merger_nice_increment: u8,
-}
-
-impl Default for JournalOptions {
-    fn default() -> Self {
-        JournalOptions {
-            segment_bytes: SEGMENT_BYTES,
-            checkpoint_bytes: CHECKPOINT_BYTES,
-            checkpoint_interval: CHECKPOINT_INTERVAL,
-            overlay_bytes_max: OVERLAY_BYTES_MAX,
-            apply_batch_delay: APPLY_BATCH_DELAY,
-            index_cache_bytes: INDEX_CACHE_BYTES,
-            applier: Applier::Background,
-            prepare_segments: true,
-            prepared_units_below_bytes: PREPARED_UNITS_BELOW_BYTES,
-            run_block_bytes: RUN_BLOCK_BYTES,
-            apply_while_syncing_bytes_min: APPLY_WHILE_SYNCING_BYTES_MIN,
-            merger_nice_increment: MERGER_NICE_INCREMENT,
-        }
-    }
-}
-
-/// The engine's I/O and work counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct JournalCounts {
-    /// `sync_data` calls on segment files (one per synced unit, plus one per roll of a
-    /// segment holding unsynced units, plus recovery's).
-    pub journal_sync_data_calls: u64,
-    /// Directory fsyncs (one per segment created).
-    pub dir_sync_calls: u64,
-    /// Units appended.
-    pub units_written: u64,
-    /// Bytes appended to segments.
-    pub journal_bytes_written: u64,
-    /// Durable redb commits (checkpoints).
-    pub checkpoints: u64,
-    /// Apply steps: the applier's redb transactions, each holding every durable unit not
-    /// yet applied when it began (`units_written / apply_steps` is the units per step).
-    pub apply_steps: u64,
-    /// Of those, the steps begun while their unit was still being written and synced
-    /// ([`JournalOptions::apply_while_syncing_bytes_min`]).
-    pub steps_begun_while_syncing: u64,
-    /// Segments deleted by trims.
-    pub segments_deleted: u64,
-    /// Times a writer found the unapplied units over `overlay_bytes_max` and waited (or, with
-    /// unsynced units in the way, synced them; inline, applied them).
-    pub overlay_waits: u64,
-    /// The most bytes the unapplied units held at once (after a unit entered the overlay).
-    pub overlay_bytes_peak: u64,
-    /// Spare segments prepared (zeros written and synced; ADR 0008, "Prepared segments").
-    pub segments_prepared: u64,
-    /// Values applied as pointers into the journal rather than copied to the index
-    /// (ADR 0013).
-    pub values_kept_in_journal: u64,
-    /// Values read back from segments.
-    pub values_read_from_journal: u64,
-    /// Times a checkpoint kept a segment it no longer needed for replay because the index
-    /// still points at values in it.
-    pub segments_kept_for_values: u64,
-    /// Bytes of held segments given back to the file system around the kept values
-    /// (`FsFile::punch_hole`; ADR 0013).
-    pub bytes_punched: u64,
-    /// Run files written (keyspaces indexed by runs; ADR 0014): by apply steps and by
-    /// merges, a merge that a stop cancelled included (its file is deleted at once;
-    /// [`JournalCounts::run_merges`] counts only the merges listed).
-    pub runs_written: u64,
-    /// Their bytes.
-    pub run_bytes_written: u64,
-    /// `sync_data` calls on run files (one per run, by the checkpoint that lists it).
-    pub run_sync_data_calls: u64,
-    /// Merges of runs listed (each writes one run from several; ADR 0014).
-    pub run_merges: u64,
-    /// Of those, the merges listed behind a run an apply step wrote while the merge was
-    /// being written (the merger thread; ADR 0014, "Merges on their own thread").
-    pub merges_behind_newer_runs: u64,
-    /// Run files unlinked after a checkpoint no longer listed them.
-    pub runs_deleted: u64,
-    /// The index file's own I/O (redb's).
-    pub index: BackendCounts,
-}
-
-/// What one keyspace's applied entries occupy ([`JournalUsage::keyspaces`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct KeyspaceUsage {
-    /// Entries in the index.
-    pub entries: u64,
-    /// Their keys' and values' bytes as written: the logical size.
-    pub logical_bytes: u64,
-    /// The index's pages for the keyspace: what redb's table statistics count as stored,
-    /// metadata and fragmented bytes.
-    pub index_bytes: u64,
-    /// Values kept in the journal's segments, the index holding a pointer (ADR 0013).
-    pub values_in_journal: u64,
-    /// Their bytes (part of `logical_bytes`).
-    pub values_in_journal_bytes: u64,
-}
-
-/// What the journal occupies on disk, and each keyspace in it ([`JournalEngine::usage`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct JournalUsage {
-    /// Bytes the index file occupies (allocated).
-    pub index_file_bytes: u64,
-    /// Bytes the segments below the checkpoint, kept for the values in them, occupy
-    /// (allocated): with the dead space given back, those values to the 4 KiB block.
-    pub held_segment_bytes: u64,
-    /// Bytes the other segment files occupy (allocated): those at or past the checkpoint
-    /// (whole units of every keyspace), the spare, and any doomed one not yet unlinked.
-    pub other_segment_bytes: u64,
-    /// Bytes the run files of keyspaces indexed by runs occupy (allocated; ADR 0014): the
-    /// readable runs (each keyspace's share is its `index_bytes`).
-    pub run_file_bytes: u64,
-    /// Per keyspace, by name.
-    pub keyspaces: BTreeMap<String, KeyspaceUsage>,
-}
-
-#[derive(Debug, Default)]
-struct Counters {
-    journal_sync_data_calls: AtomicU64,
-    dir_sync_calls: AtomicU64,
-    units_written: AtomicU64,
-    journal_bytes_written: AtomicU64,
-    checkpoints: AtomicU64,
-    apply_steps: AtomicU64,
-    steps_begun_while_syncing: AtomicU64,
-    segments_deleted: AtomicU64,
-    overlay_waits: AtomicU64,
-    overlay_bytes_peak: AtomicU64,
-    segments_prepared: AtomicU64,
-    values_kept_in_journal: AtomicU64,
-    values_read_from_journal: AtomicU64,
-    segments_kept_for_values: AtomicU64,
-    bytes_punched: AtomicU64,
-    runs_written: AtomicU64,
-    run_bytes_written: AtomicU64,
-    run_sync_data_calls: AtomicU64,
-    run_merges: AtomicU64,
-    merges_behind_newer_runs: AtomicU64,
-    runs_deleted: AtomicU64,
-}
-
-fn bump(c: &AtomicU64, n: u64) {
-    c.fetch_add(n, Ordering::Relaxed);
 }
 
 /// A unit written but not yet applied to redb.
@@ -772,10 +312,6 @@ pub(super) fn io_err<'a>(
     path: &'a Path,
 ) -> impl FnOnce(std::io::Error) -> Error + 'a {
     move |e| Error::io(ENGINE_NAME, op, path, e)
-}
-
-fn table_name(keyspace: &str) -> String {
-    format!("{KEYSPACE_TABLE_PREFIX}{keyspace}")
 }
 
 /// The error for an invalid unit recovery must not discard.
@@ -1270,32 +806,8 @@ impl JournalEngine {
 
     /// The engine's counts so far.
     pub fn counts(&self) -> JournalCounts {
-        let c = &self.handle.shared.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        JournalCounts {
-            journal_sync_data_calls: get(&c.journal_sync_data_calls),
-            dir_sync_calls: get(&c.dir_sync_calls),
-            units_written: get(&c.units_written),
-            journal_bytes_written: get(&c.journal_bytes_written),
-            checkpoints: get(&c.checkpoints),
-            apply_steps: get(&c.apply_steps),
-            steps_begun_while_syncing: get(&c.steps_begun_while_syncing),
-            segments_deleted: get(&c.segments_deleted),
-            overlay_waits: get(&c.overlay_waits),
-            overlay_bytes_peak: get(&c.overlay_bytes_peak),
-            segments_prepared: get(&c.segments_prepared),
-            values_kept_in_journal: get(&c.values_kept_in_journal),
-            values_read_from_journal: get(&c.values_read_from_journal),
-            segments_kept_for_values: get(&c.segments_kept_for_values),
-            bytes_punched: get(&c.bytes_punched),
-            runs_written: get(&c.runs_written),
-            run_bytes_written: get(&c.run_bytes_written),
-            run_sync_data_calls: get(&c.run_sync_data_calls),
-            run_merges: get(&c.run_merges),
-            merges_behind_newer_runs: get(&c.merges_behind_newer_runs),
-            runs_deleted: get(&c.runs_deleted),
-            index: self.handle.shared.index_counters.snapshot(),
-        }
+        let s = &self.handle.shared;
+        s.counters.snapshot(s.index_counters.snapshot())
     }
 
     /// The seq of the last unit applied to redb, and of the last checkpoint.
@@ -1538,11 +1050,6 @@ fn read_values_meta(index: &Database) -> Result<(HashMap<String, u64>, BTreeMap<
     Ok((separated, live))
 }
 
-/// Ops between two looks at whether the engine is stopping, while a merge is written.
-/// Why: a look takes the state lock; every 4,096 ops (~0.7 MiB of the app's ops) it costs
-/// nothing beside the write, and a close waits for at most that many more.
-const MERGE_STOP_CHECK_OPS: u64 = 4096;
-
 /// A merge's ops, ended early once the engine is stopping or poisoned
 /// ([`Shared::write_merge`]).
 struct UntilStop<'a, I> {
@@ -1743,11 +1250,6 @@ struct OpenedRuns {
     next_id: u64,
 }
 
-/// The directory of `keyspace`'s run files.
-fn runs_dir(dir: &Path, keyspace: &str) -> PathBuf {
-    dir.join(RUNS_DIR).join(keyspace)
-}
-
 /// Opens every run `meta` lists: a listed run missing, or failing its checks
 /// ([`Run::open`]), refuses the open with [`Error::Corrupt`] naming it. Reads only.
 fn open_runs(fs: &dyn FileSystem, dir: &Path, meta: RunsMeta) -> Result<OpenedRuns> {
@@ -1837,53 +1339,6 @@ fn write_spare(
     before_sync().map_err(SpareError::Poisoned)?;
     f.sync_data()
         .map_err(|e| SpareError::Io("fsync spare segment", e))
-}
-
-/// The segment number a file name in the journal directory names, if it names one.
-pub(super) fn parse_segment_file_name(name: &std::ffi::OsStr) -> Option<u64> {
-    let digits = name.to_str()?.strip_suffix(".seg")?;
-    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
-}
-
-/// Where a value the index points at lies in the journal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct ValueAt {
-    segment: u64,
-    offset: u64,
-    len: u32,
-    crc: u32,
-}
-
-impl ValueAt {
-    /// The tagged pointer, [`POINTER_BYTES`] long.
-    fn encoded(&self) -> [u8; POINTER_BYTES] {
-        let mut out = [0; POINTER_BYTES];
-        out[0] = VALUE_IN_SEGMENT;
-        out[1..9].copy_from_slice(&self.segment.to_le_bytes());
-        out[9..17].copy_from_slice(&self.offset.to_le_bytes());
-        out[17..21].copy_from_slice(&self.len.to_le_bytes());
-        out[21..25].copy_from_slice(&self.crc.to_le_bytes());
-        out
-    }
-
-    /// The pointer in a tagged index value; `Ok(None)` for an inline value.
-    fn decode(stored: &[u8]) -> std::result::Result<Option<ValueAt>, CorruptReason> {
-        match stored.first() {
-            Some(&VALUE_INLINE) => Ok(None),
-            Some(&VALUE_IN_SEGMENT) if stored.len() == POINTER_BYTES => Ok(Some(ValueAt {
-                segment: unit::le_u64(stored, 1),
-                offset: unit::le_u64(stored, 9),
-                len: unit::le_u32(stored, 17),
-                crc: unit::le_u32(stored, 21),
-            })),
-            Some(&VALUE_IN_SEGMENT) => Err(CorruptReason::Invalid("value pointer length")),
-            Some(_) => Err(CorruptReason::Invalid("index value tag")),
-            None => Err(CorruptReason::Invalid("empty tagged index value")),
-        }
-    }
 }
 
 /// A value as a run is to store it, given without building its stored form: a merge's
@@ -2063,7 +1518,7 @@ impl Shared {
     }
 
     /// One turn of a wait for the applier: inline, applies a step; in the background, waits
-    /// (up to 50 ms) for the applier to signal.
+    /// (up to [`POISON_RECHECK`]) for the applier to signal.
     fn apply_or_wait(&self, st: MutexGuard<'_, State>) -> Result<()> {
         match self.options.applier {
             Applier::Inline => {
@@ -2074,7 +1529,7 @@ impl Shared {
                 // Timed: a poison set between the check and the wait is seen anyway.
                 let _ = self
                     .changed
-                    .wait_timeout(st, Duration::from_millis(50))
+                    .wait_timeout(st, POISON_RECHECK)
                     .expect("journal state lock");
                 Ok(())
             }
@@ -2101,7 +1556,7 @@ impl Shared {
             // Timed: a poison set between the check and the wait is seen anyway.
             let _ = self
                 .changed
-                .wait_timeout(st, Duration::from_millis(50))
+                .wait_timeout(st, POISON_RECHECK)
                 .expect("journal state lock");
         }
     }
@@ -4025,6 +3480,7 @@ impl Iterator for Merge<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::journal::RUNS_DIR;
 
     /// The merge tests' setup: a journal in `fs` at `/j` with the inline applier and an
     /// "app" keyspace indexed by runs, whose steps leave merges to a merger (the test is
@@ -4241,47 +3697,6 @@ mod tests {
     /// The install's invariants, each fed a list that breaks it: the check must be able to
     /// refuse (the loom model's planted `loom_bug_merge_id_at_write` is caught by the
     /// third).
-    /// The names the engine gives its segments and runs parse back to their numbers; any
-    /// other name — a digit short or over, a non-digit, another suffix — names none of
-    /// them, so recovery neither reads nor deletes a file it did not write (an open deletes
-    /// the runs and old segments it does not list).
-    #[test]
-    fn only_the_engines_own_file_names_parse_as_segments_and_runs() {
-        use std::ffi::OsStr;
-        for n in [0, 7, u64::MAX] {
-            assert_eq!(
-                parse_segment_file_name(OsStr::new(&segment_file_name(n))),
-                Some(n)
-            );
-            assert_eq!(parse_run_file_name(OsStr::new(&run_file_name(n))), Some(n));
-        }
-        for (stem, why) in [
-            ("7", "one digit"),
-            ("0000000000000000007", "19 digits"),
-            ("000000000000000000007", "21 digits"),
-            ("0000000000000000000x", "20 characters, not all digits"),
-            ("0000000000000000000 ", "20 characters, a space"),
-            ("99999999999999999999", "20 digits past u64::MAX"),
-        ] {
-            let seg = format!("{stem}.seg");
-            let run = format!("{stem}.run");
-            assert_eq!(parse_segment_file_name(OsStr::new(&seg)), None, "{why}");
-            assert_eq!(parse_run_file_name(OsStr::new(&run)), None, "{why}");
-        }
-        let name = segment_file_name(3);
-        assert_eq!(
-            parse_run_file_name(OsStr::new(&name)),
-            None,
-            "a segment is no run"
-        );
-        let name = run_file_name(3);
-        assert_eq!(
-            parse_segment_file_name(OsStr::new(&name)),
-            None,
-            "a run is no segment"
-        );
-    }
-
     #[test]
     fn a_merge_position_is_refused_for_each_broken_invariant() {
         let bench = MergeBench::new();
@@ -4496,12 +3911,6 @@ mod tests {
             assert!(left <= RUNS_MAX, "{sizes:?} → {take}");
             assert!(take == 0 || (2..=len).contains(&take), "{sizes:?} → {take}");
         }
-    }
-
-    #[test]
-    fn segment_names_sort_in_index_order() {
-        assert_eq!(segment_file_name(7), "00000000000000000007.seg");
-        assert!(segment_file_name(9) < segment_file_name(10));
     }
 
     /// A spare is exactly `segment_bytes` of zeros, synced, whether or not the size is a

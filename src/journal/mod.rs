@@ -24,20 +24,26 @@
 //! Invariant: this module never imports the store, node or app layers.
 
 mod engine;
+mod format;
+mod limits;
+mod options;
 mod overlay;
 mod recovery;
 mod run;
 mod thread_priority;
 mod unit;
 
-pub use engine::{
-    APPLY_BATCH_DELAY, APPLY_WHILE_SYNCING_BYTES_MIN, Applier, CHECKPOINT_BYTES,
-    CHECKPOINT_INTERVAL, INDEX_CACHE_BYTES, INDEX_FILE, JournalCounts, JournalDb, JournalEngine,
-    JournalOptions, JournalUsage, KeyspaceIndex, KeyspaceOptions, KeyspaceUsage,
-    MERGER_NICE_INCREMENT, MERGER_NICE_INCREMENT_MAX, OVERLAY_BYTES_MAX,
-    PREPARED_UNITS_BELOW_BYTES, RUNS_DIR, SEGMENT_BYTES, SEPARATE_VALUES_FROM_BYTES,
-    SEPARATE_VALUES_MIN_BYTES, SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL, SPARE_SEGMENT_FILE,
-    segment_file_name,
+pub use engine::{JournalDb, JournalEngine};
+pub use format::{INDEX_FILE, RUNS_DIR, SPARE_SEGMENT_FILE, segment_file_name};
+pub use limits::{
+    APPLY_BATCH_DELAY, APPLY_WHILE_SYNCING_BYTES_MIN, CHECKPOINT_BYTES, CHECKPOINT_INTERVAL,
+    INDEX_CACHE_BYTES, MERGER_NICE_INCREMENT, MERGER_NICE_INCREMENT_MAX, OVERLAY_BYTES_MAX,
+    PREPARED_UNITS_BELOW_BYTES, SEGMENT_BYTES, SEPARATE_VALUES_FROM_BYTES,
+    SEPARATE_VALUES_MIN_BYTES, SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL,
+};
+pub use options::{
+    Applier, JournalCounts, JournalOptions, JournalUsage, KeyspaceIndex, KeyspaceOptions,
+    KeyspaceUsage,
 };
 pub use run::RUN_BLOCK_BYTES;
 pub use unit::KEYSPACE_NAME_BYTES_MAX;
