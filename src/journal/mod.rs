@@ -16,6 +16,34 @@
 //!   truncated, any other invalid unit refused with [`Error::Corrupt`](crate::Error) naming
 //!   the segment and offset — decided before anything is written.
 //!
+//! The engine by role, one file each; [`JournalEngine`] (`engine.rs`) is the façade:
+//!
+//! | File | Role | Owns |
+//! |------|------|------|
+//! | `segments.rs` | append, sync, roll, spare; trim (punch, unlink) | writer lock, spare lock; `SegmentMap` |
+//! | `applier.rs` | queue of unapplied units, apply step, background thread | apply lock, applier thread; `Queue` |
+//! | `apply.rs` | one step's index transaction | — |
+//! | `checkpoint.rs` | durable checkpoint, then the trim | `CheckpointClock` |
+//! | `manifest.rs` | run files: written, synced, unlinked | `Manifest` |
+//! | `merger.rs` | merge plans, merges, merger thread | merger thread; `MergerState` |
+//! | `reads.rs` | snapshots, point reads, ranges | — |
+//! | `open.rs` | recovery at open: decide, then repair | — |
+//! | `state.rs` | what every role shares (`Core`) | the state lock over `State` (one part per role) |
+//! | `usage.rs` | disk usage | — |
+//! | `limits.rs`, `options.rs`, `format.rs` | bounds; options and counts; names on disk | — |
+//! | `unit.rs`, `overlay.rs`, `recovery.rs`, `run.rs` | unit framing; overlay; segment scan; run files | — |
+//!
+//! The locks, always taken in this order (never the reverse):
+//! `writer` (segments) → `spare` (segments) → `apply` (applier) → `merger` / `applier`
+//! thread handles → `state` (`state.rs`).
+//!
+//! Invariant: the writer lock is held across a unit's append and sync, so units reach the
+//! file, and the overlay, in seq order; it is the outermost lock.
+//! Invariant: the apply lock orders apply steps, checkpoints, merge plans and installs and
+//! keyspace records; functions that need it take its proof ([`applier::ApplyTurn`]).
+//! Invariant: the state lock is the innermost: held briefly, never across file I/O, and
+//! across a redb call only for a `begin_read` (a snapshot's, `usage`'s); no other engine
+//! lock is taken while it is held.
 //! Invariant: a unit is durable exactly when a `sync_data` of its segment returned `Ok`
 //! after it was written; the first failed write or sync poisons the engine (the crate's one
 //! [`Poison`](crate::poison)), never retried.
@@ -23,15 +51,25 @@
 //! always a prefix of the journal (all units ≤ `applied_seq`).
 //! Invariant: this module never imports the store, node or app layers.
 
+mod applier;
+mod apply;
+mod checkpoint;
 mod engine;
 mod format;
 mod limits;
+mod manifest;
+mod merger;
+mod open;
 mod options;
 mod overlay;
+mod reads;
 mod recovery;
 mod run;
+mod segments;
+mod state;
 mod thread_priority;
 mod unit;
+mod usage;
 
 pub use engine::{JournalDb, JournalEngine};
 pub use format::{INDEX_FILE, RUNS_DIR, SPARE_SEGMENT_FILE, segment_file_name};

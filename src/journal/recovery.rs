@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
 
-use super::engine::{ENGINE_NAME, corrupt, io_err};
 use super::format::{RUNS_DIR, parse_segment_file_name, segment_file_name};
+use super::state::{ENGINE_NAME, corrupt, io_err};
 use super::unit::{self, Decoded, Header, Sections};
 use crate::error::{CorruptReason, Error, Result};
 use crate::fs::{FileSystem, FsFile, OpenMode};
