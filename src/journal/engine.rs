@@ -11,6 +11,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use bytes::Bytes;
+use redb::{ReadableDatabase, TableDefinition};
+
 use super::applier::{Pending, UnitApplier, note_overlay_peak, run_applier};
 use super::format::{
     INDEX_KIND_RUNS, META, META_INDEX_PREFIX, META_SEPARATE_PREFIX, runs_dir, table_name,
@@ -35,8 +38,6 @@ use crate::db::{
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, FsFile, create_dir_all_durably};
 use crate::sync::{Mutex, thread};
-use bytes::Bytes;
-use redb::{ReadableDatabase, TableDefinition};
 
 /// The engine's roles, shared by its handles and threads.
 pub(super) struct Shared {

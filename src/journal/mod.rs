@@ -16,26 +16,29 @@
 //!   truncated, any other invalid unit refused with [`Error::Corrupt`](crate::Error) naming
 //!   the segment and offset — decided before anything is written.
 //!
-//! The engine by role, one file each; [`JournalEngine`] (`engine.rs`) is the façade:
+//! The engine by role, one file each, each role a type owning its lock and its part of the
+//! state; [`JournalEngine`] (`engine.rs`) is the façade, and owns the applier thread:
 //!
-//! | File | Role | Owns |
-//! |------|------|------|
-//! | `segments.rs` | append, sync, roll, spare; trim (punch, unlink) | writer lock, spare lock; `SegmentMap` |
-//! | `applier.rs` | queue of unapplied units, apply step, background thread | apply lock, applier thread; `Queue` |
-//! | `apply.rs` | one step's index transaction | — |
-//! | `checkpoint.rs` | durable checkpoint, then the trim | `CheckpointClock` |
-//! | `manifest.rs` | run files: written, synced, unlinked | `Manifest` |
-//! | `merger.rs` | merge plans, merges, merger thread | merger thread; `MergerState` |
-//! | `reads.rs` | snapshots, point reads, ranges | — |
-//! | `open.rs` | recovery at open: decide, then repair | — |
-//! | `state.rs` | what every role shares (`Core`) | the state lock over `State` (one part per role) |
-//! | `usage.rs` | disk usage | — |
-//! | `limits.rs`, `options.rs`, `format.rs` | bounds; options and counts; names on disk | — |
-//! | `unit.rs`, `overlay.rs`, `recovery.rs`, `run.rs` | unit framing; overlay; segment scan; run files | — |
+//! * `segments.rs`: append, sync, roll, spare; the trim (punch, unlink). `Segments` owns
+//!   the writer lock and the spare lock; `SegmentMap` its state.
+//! * `applier.rs`: the queue of unapplied units, the apply step, the background loop.
+//!   `UnitApplier` owns the apply lock; `Queue` its state. `apply.rs`: one step's index
+//!   transaction.
+//! * `checkpoint.rs`: the durable checkpoint, then the trim; `CheckpointClock` its state.
+//! * `manifest.rs`: run files written, synced, unlinked; `Manifest` its state.
+//! * `merger/`: merge plans, merges, installs. `Merger` owns the merger thread;
+//!   `MergerState` its state.
+//! * `reads.rs`: snapshots, point reads, ranges. `open.rs`: recovery at open (decide, then
+//!   repair). `usage.rs`: disk usage.
+//! * `state.rs`: what every role shares (`Core`): files, index, poison, counts, and the
+//!   state lock over `State`, whose parts are the roles' (why one lock: its docs).
+//! * `limits.rs`, `options.rs`, `format.rs`: bounds; options and counts; names on disk.
+//!   `unit.rs`, `overlay.rs`, `recovery.rs`, `run.rs`: unit framing, the overlay, the
+//!   segment scan, run files.
 //!
-//! The locks, always taken in this order (never the reverse):
-//! `writer` (segments) → `spare` (segments) → `apply` (applier) → `merger` / `applier`
-//! thread handles → `state` (`state.rs`).
+//! The locks, always taken in this order (never the reverse): the writer lock
+//! (`Segments`) → the spare lock (`Segments`) → the apply lock (`UnitApplier`) → the
+//! thread handles' locks (`Merger`, the engine's applier handle) → the state lock (`Core`).
 //!
 //! Invariant: the writer lock is held across a unit's append and sync, so units reach the
 //! file, and the overlay, in seq order; it is the outermost lock.
