@@ -50,13 +50,14 @@ pub const APPLY_WHILE_SYNCING_BYTES_MIN: u64 = 4 << 20;
 /// changes). Why: a merge only makes later reads cheaper, yet at an equal share it takes
 /// CPU from the block loop whenever the loop, the flush thread and the applier keep every
 /// core of a two-core machine busy. Lowered, the merger still runs whenever a core is
-/// free; what it is late with is only more runs for a read to probe, and a merger
-/// [`RUNS_BEHIND_MAX`] runs behind makes the background applier wait for it (units stay in
-/// the overlay, writers wait once it is full), so the files and probes stay bounded.
+/// free; what it is late with is only more runs for a read to probe, and a merger three
+/// times the usual run count behind makes the background applier wait for it (units stay
+/// in the overlay, writers wait once it is full), so the files and probes stay bounded.
 /// 19 takes the lowest priority.
 pub const MERGER_NICE_INCREMENT: u8 = 19;
-/// The largest [`JournalOptions::merger_nice_increment`](super::JournalOptions): nice
-/// values go from -20 to 19.
+/// The largest
+/// [`JournalOptions::merger_nice_increment`](super::JournalOptions::merger_nice_increment):
+/// nice values go from -20 to 19.
 pub const MERGER_NICE_INCREMENT_MAX: u8 = 39;
 /// redb's page cache for the index, in bytes. Why this bound: the app's state is in sorted
 /// runs (ADR 0014) and the parts and the app's large values in the journal (ADR 0013,
