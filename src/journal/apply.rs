@@ -7,8 +7,8 @@
 //! of them, with `applied_seq`; no state between two units is ever durable.
 //! Invariant: the live bytes of a segment are the sum of the pointers into it: every
 //! pointer written, replaced or deleted changes them in the same transaction.
-//! Invariant: touches the engine's state only to read the keyspaces' kinds; the caller
-//! (the applier) hands the result over.
+//! Invariant: touches the engine's state only to read the keyspaces' kinds and take run
+//! ids; the caller (the applier) hands the result over, under the state lock.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
