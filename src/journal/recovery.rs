@@ -21,9 +21,8 @@ use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
 
-use super::engine::{
-    ENGINE_NAME, RUNS_DIR, corrupt, io_err, parse_segment_file_name, segment_file_name,
-};
+use super::format::{RUNS_DIR, parse_segment_file_name, segment_file_name};
+use super::state::{ENGINE_NAME, corrupt, io_err};
 use super::unit::{self, Decoded, Header, Sections};
 use crate::error::{CorruptReason, Error, Result};
 use crate::fs::{FileSystem, FsFile, OpenMode};
@@ -372,21 +371,9 @@ impl<'a> Window<'a> {
     }
 }
 
-/// Reads every live segment and decides what recovery keeps, truncates or refuses. Reads
-/// only, [`SCAN_BUFFER_BYTES`] at a time. `on_disk` is the numbers of the segment files in
-/// `dir`.
-pub(super) fn scan(
-    fs: &dyn FileSystem,
-    dir: &Path,
-    on_disk: &BTreeSet<u64>,
-    recorded: Recorded<'_>,
-) -> Result<Scan> {
-    let Recorded {
-        applied_seq,
-        first_segment,
-        ends,
-        segment_bytes,
-    } = recorded;
+/// The live segments from `first_segment` on: the run of consecutive numbers in `on_disk`;
+/// a segment past a missing one is refused.
+fn live_segments(dir: &Path, on_disk: &BTreeSet<u64>, first_segment: u64) -> Result<Vec<u64>> {
     let mut indexes = Vec::new();
     let mut at = first_segment;
     while on_disk.contains(&at) {
@@ -404,6 +391,101 @@ pub(super) fn scan(
             CorruptReason::Invalid("segment missing"),
         ));
     }
+    Ok(indexes)
+}
+
+/// A valid unit's `seq` at `off` in `path` follows the unit before it (`prev_seq`), or,
+/// the first one read, does not skip past the checkpoint's `applied_seq`.
+fn check_seq_follows(
+    path: &Path,
+    off: u64,
+    seq: u64,
+    prev_seq: Option<u64>,
+    applied_seq: u64,
+) -> Result<()> {
+    match prev_seq {
+        Some(p) if seq != p + 1 => Err(corrupt(
+            path,
+            off,
+            CorruptReason::Invalid("unit seq does not follow the last"),
+        )),
+        None if seq > applied_seq + 1 => Err(corrupt(
+            path,
+            off,
+            CorruptReason::Invalid("units missing after the checkpoint"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// What the index applied, as a segment's scan checks it: through `seq`, and in this
+/// segment up to offset `to`.
+struct AppliedIn {
+    seq: u64,
+    to: u64,
+}
+
+/// An invalid unit at `off` in `seg` (`path`): `Ok` when the segment's units end there (a
+/// torn tail of the last segment, or a prepared segment's zeros), else the refusal. The
+/// unit would have been seq `expected`.
+fn invalid_unit_ends_units(
+    seg: &mut Window<'_>,
+    path: &Path,
+    off: u64,
+    reason: CorruptReason,
+    is_last: bool,
+    expected: u64,
+    applied: AppliedIn,
+) -> Result<()> {
+    // Only the last segment can end torn: a segment is synced before the
+    // next one is created. A prepared segment ends in zeros where the next
+    // unit did not fit: its units end there (a unit zeroed by corruption
+    // is caught by the next segment's seq, which would not follow, or by
+    // the end the index records).
+    if !is_last {
+        if seg.zeros_from(off)? {
+            return Ok(());
+        }
+        return Err(corrupt(path, off, reason));
+    }
+    // An applied unit was durable: never a torn tail, whatever follows it.
+    if expected <= applied.seq || off < applied.to {
+        tracing::error!(
+            segment = %path.display(),
+            offset = off,
+            applied_seq = applied.seq,
+            "journal: invalid unit that was applied"
+        );
+        return Err(corrupt(path, off, reason));
+    }
+    if let Some(later) = seg.durable_after(off + 1, expected)? {
+        tracing::error!(
+            segment = %path.display(),
+            offset = off,
+            later_unit_offset = later,
+            "journal: invalid unit that was durable"
+        );
+        return Err(corrupt(path, off, reason));
+    }
+    Ok(())
+}
+
+/// Reads every live segment and decides what recovery keeps, truncates or refuses. Reads
+/// only, [`SCAN_BUFFER_BYTES`] at a time. `on_disk` is the numbers of the segment files in
+/// `dir`.
+pub(super) fn scan(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    on_disk: &BTreeSet<u64>,
+    recorded: Recorded<'_>,
+) -> Result<Scan> {
+    let Recorded {
+        applied_seq,
+        first_segment,
+        ends,
+        segment_bytes,
+    } = recorded;
+    let indexes = live_segments(dir, on_disk, first_segment)?;
     let mut out = Scan {
         replay: Vec::new(),
         segments: BTreeMap::new(),
@@ -437,23 +519,7 @@ pub(super) fn scan(
         while off < len {
             match seg.unit_at(off, applied_seq)? {
                 Read::Valid(header, sections) => {
-                    match prev_seq {
-                        Some(p) if header.seq != p + 1 => {
-                            return Err(corrupt(
-                                &path,
-                                off,
-                                CorruptReason::Invalid("unit seq does not follow the last"),
-                            ));
-                        }
-                        None if header.seq > applied_seq + 1 => {
-                            return Err(corrupt(
-                                &path,
-                                off,
-                                CorruptReason::Invalid("units missing after the checkpoint"),
-                            ));
-                        }
-                        _ => {}
-                    }
+                    check_seq_follows(&path, off, header.seq, prev_seq, applied_seq)?;
                     prev_seq = Some(header.seq);
                     first_seq.get_or_insert(header.seq);
                     let at = (index, off, header.unit_len());
@@ -463,38 +529,14 @@ pub(super) fn scan(
                     }
                 }
                 Read::Invalid(reason) => {
-                    // Only the last segment can end torn: a segment is synced before the
-                    // next one is created. A prepared segment ends in zeros where the next
-                    // unit did not fit: its units end there (a unit zeroed by corruption
-                    // is caught by the next segment's seq, which would not follow, or by
-                    // the end the index records).
-                    if !is_last {
-                        if seg.zeros_from(off)? {
-                            break;
-                        }
-                        return Err(corrupt(&path, off, reason));
-                    }
                     let expected = prev_seq.map_or(applied_seq + 1, |p| p + 1);
-                    // An applied unit was durable: never a torn tail, whatever follows it.
-                    let applied = expected <= applied_seq || off < applied_to;
-                    if applied {
-                        tracing::error!(
-                            segment = %path.display(),
-                            offset = off,
-                            applied_seq,
-                            "journal: invalid unit that was applied"
-                        );
-                        return Err(corrupt(&path, off, reason));
-                    }
-                    if let Some(later) = seg.durable_after(off + 1, expected)? {
-                        tracing::error!(
-                            segment = %path.display(),
-                            offset = off,
-                            later_unit_offset = later,
-                            "journal: invalid unit that was durable"
-                        );
-                        return Err(corrupt(&path, off, reason));
-                    }
+                    let applied = AppliedIn {
+                        seq: applied_seq,
+                        to: applied_to,
+                    };
+                    invalid_unit_ends_units(
+                        &mut seg, &path, off, reason, is_last, expected, applied,
+                    )?;
                     break;
                 }
             }
