@@ -44,7 +44,8 @@
 //! that the model is not vacuous, some interleavings applied the two units in one step and
 //! some in two.
 //!
-//! Planted bugs in `src/journal/engine.rs` (and one in `src/journal/overlay.rs`), each
+//! Planted bugs in `src/journal/` (`segments.rs`, `reads.rs`, `applier.rs`, `manifest.rs`,
+//! `merger/`, and one in `overlay.rs`), each
 //! compiled in by its own cfg; with it, the tests expect loom to report a failure
 //! (`should_panic`):
 //! * `loom_bug_unlink_ignores_pins`: the trim unlinks a doomed segment under a reader;
