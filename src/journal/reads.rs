@@ -24,7 +24,7 @@ use super::overlay::Overlay;
 use super::run::{Lookup, MergedRuns, Run};
 use super::segments::unlink_doomed;
 use super::state::Core;
-use crate::db::{DbIter, Direction, Entry, GuardedDrop, GuardedIter, KeyRange};
+use crate::db::{DbIter, Direction, Entry, GuardedDrop, GuardedIter, KeyRange, MergeOver};
 use crate::error::{CorruptReason, Error, Result};
 use crate::fs::OpenMode;
 
@@ -324,62 +324,17 @@ pub(super) fn range<'a>(
             Ok((k, v))
         }) as Resolve<'_>
     });
-    Ok(Box::new(Merge {
-        over: over.into_iter().peekable(),
-        disk: disk.peekable(),
-        reverse: direction == Direction::Reverse,
-        resolve,
-    }))
-}
-
-/// The overlay's entries merged over redb's, both in the iteration's order; the overlay
-/// wins on equal keys and its tombstones hide redb's pairs.
-struct Merge<'a> {
-    over: std::iter::Peekable<std::vec::IntoIter<(Bytes, Option<Bytes>)>>,
-    disk: std::iter::Peekable<DbIter<'a>>,
-    reverse: bool,
-    /// A separating keyspace's: turns a stored index value into the value (and holds the
-    /// snapshot's pin).
-    resolve: Option<Resolve<'a>>,
+    // The overlay wins on equal keys and its tombstones hide the index's pairs.
+    Ok(Box::new(MergeOver::resolving(
+        over.into_iter(),
+        disk,
+        direction,
+        move |pair| match &resolve {
+            Some(resolve) => resolve(pair),
+            None => Ok(pair),
+        },
+    )))
 }
 
 /// Turns a pair as the index stores it into the pair as written.
 type Resolve<'a> = Box<dyn Fn(Entry) -> Result<Entry> + Send + 'a>;
-
-impl Iterator for Merge<'_> {
-    type Item = Result<Entry>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            let take_over = match (self.over.peek(), self.disk.peek()) {
-                (None, None) => return None,
-                (None, Some(_)) | (_, Some(Err(_))) => false,
-                (Some(_), None) => true,
-                (Some((ok, _)), Some(Ok((dk, _)))) => {
-                    let ord = ok.cmp(dk);
-                    let ord = if self.reverse { ord.reverse() } else { ord };
-                    match ord {
-                        std::cmp::Ordering::Less => true,
-                        std::cmp::Ordering::Equal => {
-                            // The overlay's write is newer than redb's pair.
-                            self.disk.next();
-                            true
-                        }
-                        std::cmp::Ordering::Greater => false,
-                    }
-                }
-            };
-            if take_over {
-                let (k, v) = self.over.next().expect("peeked");
-                match v {
-                    Some(v) => return Some(Ok((k, v))),
-                    None => continue,
-                }
-            }
-            return match (self.disk.next(), &self.resolve) {
-                (Some(Ok(pair)), Some(resolve)) => Some(resolve(pair)),
-                (other, _) => other,
-            };
-        }
-    }
-}
