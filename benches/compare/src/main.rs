@@ -39,8 +39,9 @@ use peers::Peer;
 use shape::Shape;
 use sys::ProcIo;
 
-/// The allocator of the `flushpoint` tool, for every contender alike (flushpoint, fjall and
-/// redb allocate through it; RocksDB's C++ keeps the system's): the tool's own file.
+// The allocator of the `flushpoint` tool, for every contender alike (flushpoint, fjall and
+// redb allocate through it; RocksDB's C++ keeps the system's): the tool's own file, whose
+// module doc says what it sets and why.
 #[path = "../../../cli/src/allocator.rs"]
 mod allocator;
 

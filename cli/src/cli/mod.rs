@@ -2,7 +2,7 @@
 //!
 //! The tool's modules point one way, each importing only from layers listed before it:
 //!
-//! 1. `error` (exit codes, [`CliError`](error::CliError), `describe`),
+//! 1. `error` (exit codes, [`CliError`], `describe`),
 //! 2. `out` (stdout and stderr writes, byte counts),
 //! 3. `flags` (the home, the engine, the profile), `dbwrap` (the database wrapper: no-sync,
 //!    crash-test markers), `heights` (what a home holds durably), `handshake` (the
