@@ -45,7 +45,7 @@ use crate::error::{Error, Heights, Result, RollbackRefusal, hex};
 use crate::home::{
     Home, Intent, Opaque, RebuiltState, Step, finish_stores, read_intent, write_intent,
 };
-use crate::node::{HandshakeCase, classify, observe};
+use crate::node::{HandshakeCase, Observed, classify, observe};
 use crate::store::{BlockStore, StateStore};
 
 /// What [`rollback`] did.
@@ -115,11 +115,6 @@ pub fn rollback<C: Chain>(
         state_height: observed.state_height,
         app_height: observed.app_height,
     };
-    let refuse = |reason| Error::RollbackRefused {
-        to,
-        heights: before,
-        reason,
-    };
     let mut report = RollbackReport {
         to,
         before,
@@ -131,9 +126,11 @@ pub fn rollback<C: Chain>(
     };
     let mut intent = match read_intent(fs, dir)? {
         Some(i) if i.to != to => {
-            return Err(refuse(RollbackRefusal::OtherInProgress {
-                in_progress: i.to,
-            }));
+            return Err(refused(
+                to,
+                before,
+                RollbackRefusal::OtherInProgress { in_progress: i.to },
+            ));
         }
         // The older tool lowered the state first: done, its block store step is left (and
         // the app's, should the app be above `to`); not done, it had written nothing but the
@@ -155,110 +152,20 @@ pub fn rollback<C: Chain>(
         }
         _ => {
             let Some(current) = state else {
-                return Err(refuse(RollbackRefusal::NoState));
+                return Err(refused(to, before, RollbackRefusal::NoState));
             };
-            match classify(&observed) {
-                Err(reason) => return Err(refuse(RollbackRefusal::Unrepairable(reason))),
-                Ok(HandshakeCase::FlushRollForward) => {
-                    return Err(refuse(RollbackRefusal::NeedsRepair {
-                        record: observed.record.map_or("none".into(), |r| r.to_string()),
-                    }));
-                }
-                Ok(_) => {}
-            }
-            let (b, s, a) = (
-                before.block_store_height,
-                before.state_height,
-                before.app_height,
-            );
-            if to >= b && to >= s && to >= a {
-                report.nothing_to_do = true;
-                return Ok(report);
-            }
-            if to + 1 < bs.base().max(1) {
-                return Err(refuse(RollbackRefusal::BelowBase { base: bs.base() }));
-            }
-            if a > to {
-                match app.rollback_floor()? {
-                    Some(lowest) if to >= lowest => {}
-                    lowest => {
-                        return Err(Error::AppCannotRollBack {
-                            to,
-                            app_height: a,
-                            lowest,
-                        });
-                    }
+            let stored = Stored { bs: &bs, st: &st };
+            match start(home, &*app, chain, &stored, &current, &observed, to)? {
+                Some(intent) => intent,
+                None => {
+                    report.nothing_to_do = true;
+                    return Ok(report);
                 }
             }
-            // Step 1: rebuild first: nothing is written if any input is missing.
-            let new_state = if to < s {
-                let rebuilt = chain
-                    .rebuild_state(&current, to, &Stored { bs: &bs, st: &st })?
-                    .map_err(|m| refuse(RollbackRefusal::StateRebuild(m)))?;
-                if rebuilt.height() != to {
-                    return Err(Error::Contract {
-                        what: "Chain::rebuild_state(..).height()",
-                        expected: to,
-                        found: rebuilt.height(),
-                    });
-                }
-                Some(RebuiltState {
-                    height: to,
-                    app_hash: rebuilt.app_hash(),
-                    initial_height: rebuilt.initial_height(),
-                    bytes: rebuilt.encode(),
-                })
-            } else {
-                None
-            };
-            let intent = Intent {
-                to,
-                step: if a > to { Step::App } else { Step::Stores },
-                state_height_before: s,
-                state: new_state,
-                legacy: false,
-            };
-            // Step 2: the intent, durable before any database changes: from here on every
-            // crash leaves it, so Home::open and a rerun know a rollback is under way.
-            write_intent(fs, dir, &intent)?;
-            tracing::info!(
-                target: "flushpoint::rollback",
-                to,
-                block_store_height = b,
-                state_height = s,
-                app_height = a,
-                "rollback started"
-            );
-            intent
         }
     };
     if intent.step == Step::App {
-        // Step 3: the app, from its own undo log (needs no block).
-        if app.durable()?.height > to {
-            app.rollback_to(to)?;
-            report.app_rolled_back = true;
-        }
-        let now = app.durable()?;
-        if now.height > to {
-            return Err(Error::Rollback(format!(
-                "the app reports height {} after rolling back to {to}",
-                now.height
-            )));
-        }
-        if let Some(s) = &intent.state
-            && now.height == to
-            && to >= s.initial_height
-            && now.app_hash != s.app_hash
-        {
-            return Err(Error::AppHashMismatch {
-                height: to,
-                expected: hex(&s.app_hash),
-                got: hex(&now.app_hash),
-            });
-        }
-        // The app is done: from here on Home::open finishes the rollback by itself.
-        intent.step = Step::Stores;
-        write_intent(fs, dir, &intent)?;
+        report.app_rolled_back = app_step(home, app, &mut intent)?;
     }
     drop((bs, st));
     let bs = BlockStore::<Opaque>::open(home.block_store_db.clone() as Arc<dyn Db>)?;
@@ -266,4 +173,145 @@ pub fn rollback<C: Chain>(
     report.blocks_removed = removed;
     report.state_rolled_back = lowered;
     Ok(report)
+}
+
+/// [`Error::RollbackRefused`] for a rollback to `to` from the heights `before`.
+fn refused(to: u64, before: Heights, reason: RollbackRefusal) -> Error {
+    Error::RollbackRefused {
+        to,
+        heights: before,
+        reason,
+    }
+}
+
+/// Steps 1 and 2 of a new rollback: checks and plans it writing nothing, then writes its
+/// intent durably. `None`: everything is at or below `to` already; nothing was written.
+fn start<C: Chain>(
+    home: &Home,
+    app: &dyn App<C>,
+    chain: &C,
+    stored: &Stored<'_, C>,
+    current: &C::State,
+    observed: &Observed,
+    to: u64,
+) -> Result<Option<Intent>> {
+    let before = Heights {
+        block_store_height: observed.block_store_height,
+        state_height: observed.state_height,
+        app_height: observed.app_height,
+    };
+    let refuse = |reason| refused(to, before, reason);
+    match classify(observed) {
+        Err(reason) => return Err(refuse(RollbackRefusal::Unrepairable(reason))),
+        Ok(HandshakeCase::FlushRollForward) => {
+            return Err(refuse(RollbackRefusal::NeedsRepair {
+                record: observed.record.map_or("none".into(), |r| r.to_string()),
+            }));
+        }
+        Ok(_) => {}
+    }
+    let (b, s, a) = (
+        before.block_store_height,
+        before.state_height,
+        before.app_height,
+    );
+    if to >= b && to >= s && to >= a {
+        return Ok(None);
+    }
+    if to + 1 < stored.bs.base().max(1) {
+        return Err(refuse(RollbackRefusal::BelowBase {
+            base: stored.bs.base(),
+        }));
+    }
+    if a > to {
+        match app.rollback_floor()? {
+            Some(lowest) if to >= lowest => {}
+            lowest => {
+                return Err(Error::AppCannotRollBack {
+                    to,
+                    app_height: a,
+                    lowest,
+                });
+            }
+        }
+    }
+    // Step 1: rebuild first: nothing is written if any input is missing.
+    let new_state = if to < s {
+        let rebuilt = chain
+            .rebuild_state(current, to, stored)?
+            .map_err(|m| refuse(RollbackRefusal::StateRebuild(m)))?;
+        if rebuilt.height() != to {
+            return Err(Error::Contract {
+                what: "Chain::rebuild_state(..).height()",
+                expected: to,
+                found: rebuilt.height(),
+            });
+        }
+        Some(RebuiltState {
+            height: to,
+            app_hash: rebuilt.app_hash(),
+            initial_height: rebuilt.initial_height(),
+            bytes: rebuilt.encode(),
+        })
+    } else {
+        None
+    };
+    let intent = Intent {
+        to,
+        step: if a > to { Step::App } else { Step::Stores },
+        state_height_before: s,
+        state: new_state,
+        legacy: false,
+    };
+    // Step 2: the intent, durable before any database changes: from here on every
+    // crash leaves it, so Home::open and a rerun know a rollback is under way.
+    // Crash: before this returns, no database has changed; after, the intent names the
+    // rollback and every later step is finished by a rerun (or, past the app step, by
+    // Home::open).
+    write_intent(home.fs(), home.path(), &intent)?;
+    tracing::info!(
+        target: "flushpoint::rollback",
+        to,
+        block_store_height = b,
+        state_height = s,
+        app_height = a,
+        "rollback started"
+    );
+    Ok(Some(intent))
+}
+
+/// Step 3: the app rolls back to the intent's target from its own undo log (it needs no
+/// block), its app hash is checked against the rebuilt state's, and the intent moves to
+/// step `stores`. Returns whether the app was rolled back by this call.
+fn app_step<C: Chain>(home: &Home, app: &mut dyn App<C>, intent: &mut Intent) -> Result<bool> {
+    let to = intent.to;
+    let mut rolled_back = false;
+    if app.durable()?.height > to {
+        app.rollback_to(to)?;
+        rolled_back = true;
+    }
+    let now = app.durable()?;
+    if now.height > to {
+        return Err(Error::Rollback(format!(
+            "the app reports height {} after rolling back to {to}",
+            now.height
+        )));
+    }
+    if let Some(s) = &intent.state
+        && now.height == to
+        && to >= s.initial_height
+        && now.app_hash != s.app_hash
+    {
+        return Err(Error::AppHashMismatch {
+            height: to,
+            expected: hex(&s.app_hash),
+            got: hex(&now.app_hash),
+        });
+    }
+    // The app is done: from here on Home::open finishes the rollback by itself.
+    // Crash: before this write the intent says `app` (a rerun redoes the app's no-op
+    // rollback); after it, `stores`.
+    intent.step = Step::Stores;
+    write_intent(home.fs(), home.path(), intent)?;
+    Ok(rolled_back)
 }
