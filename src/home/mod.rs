@@ -273,6 +273,58 @@ pub(crate) fn require_home(fs: &dyn FileSystem, path: &Path) -> Result<()> {
     })
 }
 
+/// `recorded` unless the app index asked (`Some(true)`: runs) contradicts it: runs on a
+/// redb home, or another index than the one the home was created with.
+fn check_app_index(path: &Path, runs_asked: Option<bool>, recorded: Recorded) -> Result<Recorded> {
+    let index = |runs| if runs { "runs" } else { "the tree" };
+    match runs_asked {
+        Some(true) if recorded.engine == HomeEngine::Redb => Err(Error::InvalidInput(format!(
+            "home {}: a redb home's app cannot be indexed by runs (runs need the journal \
+             engine)",
+            path.display()
+        ))),
+        Some(runs) if runs != recorded.app_runs => Err(Error::InvalidInput(format!(
+            "home {}: its app keyspace is indexed by {}, not {} (fixed when the home was \
+             created)",
+            path.display(),
+            index(recorded.app_runs),
+            index(runs),
+        ))),
+        _ => Ok(recorded),
+    }
+}
+
+/// The three keyspaces of a journal home, as its `FORMAT` records them: the block store's
+/// parts written once, to the journal (ADR 0013), and the app as sorted runs pointing at
+/// its large values in the journal (ADR 0014, 0016), on a home whose `FORMAT` says so; a
+/// home created before keeps them in the index.
+fn journal_keyspaces(engine: &JournalEngine, recorded: &Recorded) -> Result<[Arc<dyn Db>; 3]> {
+    let block_store = if recorded.parts_in_journal {
+        engine.keyspace_with(
+            DB_NAMES[0],
+            KeyspaceOptions::separating_values_from(SEPARATE_VALUES_FROM_BYTES),
+        )?
+    } else {
+        engine.keyspace(DB_NAMES[0])?
+    };
+    // Opened in flush order, as every home's keyspaces always were.
+    let state = engine.keyspace(DB_NAMES[1])?;
+    let app = if recorded.app_runs {
+        let runs = KeyspaceOptions::indexed_by_runs();
+        engine.keyspace_with(
+            DB_NAMES[2],
+            if recorded.app_values_in_journal {
+                runs.with_values_separated_from(SEPARATE_VALUES_FROM_BYTES)
+            } else {
+                runs
+            },
+        )?
+    } else {
+        engine.keyspace(DB_NAMES[2])?
+    };
+    Ok([block_store, state, app].map(|k| k as Arc<dyn Db>))
+}
+
 fn home_err(path: &Path, op: &'static str) -> impl FnOnce(std::io::Error) -> Error {
     let path = path.to_path_buf();
     move |source| Error::Home { path, op, source }
@@ -359,82 +411,18 @@ impl Home {
         path: &Path,
         options: &HomeOptions,
     ) -> Result<Home> {
-        // The directory's entry must be durable before anything in it is: a synced database
-        // in a directory whose own name a power cut loses is lost with it.
-        create_dir_all_durably(&*fs, path).map_err(home_err(path, "create directory"))?;
-        // The lock file's entry need not be durable: a lost one is created again.
-        let lock = fs
-            .open_file(&path.join(LOCK_FILE), OpenMode::CreateOrOpen)
-            .map_err(home_err(path, "open its LOCK file"))?;
-        match lock.try_lock_exclusive() {
-            Ok(true) => {}
-            Ok(false) => {
-                return Err(Error::HomeLocked {
-                    path: path.to_path_buf(),
-                });
-            }
-            Err(e) => return Err(home_err(path, "lock")(e)),
-        }
-        let lock = Arc::new(HomeLock(lock));
+        let lock = Self::lock(&*fs, path)?;
         // Decided (and, for a new home, durable) before any database is opened: a refusal
         // writes nothing, and no database exists without the FORMAT naming its engine.
-        let Recorded {
-            engine,
-            parts_in_journal,
-            app_runs,
-            app_values_in_journal,
-        } = Self::check_format(
+        let recorded = Self::check_format(
             &*fs,
             path,
             options.engine.unwrap_or(options.new_home_engine),
             options.engine.is_some(),
             options.app_index,
         )?;
-        let storage = match engine {
-            HomeEngine::Redb => {
-                let open = |file: &str, name: &str| -> Result<Arc<RedbDb>> {
-                    let mut db =
-                        RedbDb::open_on(fs.clone(), &path.join(file), name, &options.redb)?;
-                    // The database keeps the home locked until it is closed: a handle that
-                    // outlives the `Home` must not let a second open reach its file.
-                    db.keep_alive(lock.clone());
-                    Ok(Arc::new(db))
-                };
-                // A new home's files are created in this order after its FORMAT: a crash
-                // while creating them leaves the first ones, empty. A file missing before one
-                // present, or beside one holding data, was lost, not yet to be created:
-                // refused before the missing one is created empty.
-                let present = EngineFiles::find(&*fs, path)?.redb;
-                let lost = |problem: String| Error::HomeDamaged {
-                    path: path.to_path_buf(),
-                    problem,
-                };
-                if present[..] != REDB_FILES[..present.len()] {
-                    let missing = REDB_FILES.iter().find(|f| !present.contains(f));
-                    return Err(lost(format!(
-                        "its {} is missing while {} exist",
-                        missing.unwrap_or(&""),
-                        present.join(", ")
-                    )));
-                }
-                let mut dbs: Vec<Arc<RedbDb>> = Vec::with_capacity(REDB_FILES.len());
-                for (file, name) in REDB_FILES.iter().zip(DB_NAMES) {
-                    if dbs.len() == present.len() && !dbs.is_empty() {
-                        for (db, held) in dbs.iter().zip(&present) {
-                            let first = db.range(KeyRange::all(), Direction::Forward)?.next();
-                            if first.transpose()?.is_some() {
-                                return Err(lost(format!(
-                                    "its {file} is missing while {held} holds data"
-                                )));
-                            }
-                        }
-                    }
-                    dbs.push(open(file, name)?);
-                }
-                let [b, s, a] = <[Arc<RedbDb>; 3]>::try_from(dbs)
-                    .unwrap_or_else(|_| unreachable!("one database per file"));
-                Storage::Redb([b, s, a])
-            }
+        let storage = match recorded.engine {
+            HomeEngine::Redb => Storage::Redb(Self::open_redb(&fs, path, options, &lock)?),
             HomeEngine::Journal => {
                 // Every file of the engine holds the lock until it is closed (see LockedFs).
                 let locked: Arc<dyn FileSystem> = Arc::new(LockedFs {
@@ -450,34 +438,7 @@ impl Home {
         };
         let [block_store_db, state_db, app_db]: [Arc<dyn Db>; 3] = match &storage {
             Storage::Redb(dbs) => dbs.clone().map(|d| d as Arc<dyn Db>),
-            Storage::Journal(engine) => [
-                // Block parts are written once, to the journal (ADR 0013), on a home whose
-                // FORMAT says so; one created before keeps them in the index.
-                if parts_in_journal {
-                    engine.keyspace_with(
-                        DB_NAMES[0],
-                        KeyspaceOptions::separating_values_from(SEPARATE_VALUES_FROM_BYTES),
-                    )?
-                } else {
-                    engine.keyspace(DB_NAMES[0])?
-                } as Arc<dyn Db>,
-                engine.keyspace(DB_NAMES[1])? as Arc<dyn Db>,
-                // The app's state as sorted runs (ADR 0014), pointing at its large values in
-                // the journal (ADR 0016), on a home whose FORMAT says so.
-                if app_runs {
-                    let runs = KeyspaceOptions::indexed_by_runs();
-                    engine.keyspace_with(
-                        DB_NAMES[2],
-                        if app_values_in_journal {
-                            runs.with_values_separated_from(SEPARATE_VALUES_FROM_BYTES)
-                        } else {
-                            runs
-                        },
-                    )?
-                } else {
-                    engine.keyspace(DB_NAMES[2])?
-                } as Arc<dyn Db>,
-            ],
+            Storage::Journal(engine) => journal_keyspaces(engine, &recorded)?,
         };
         Ok(Home {
             block_store_db,
@@ -488,6 +449,75 @@ impl Home {
             _lock: lock,
             fs,
         })
+    }
+
+    /// Creates the home's directory (durably) and takes its `LOCK`: [`Error::HomeLocked`]
+    /// when another handle holds it.
+    fn lock(fs: &dyn FileSystem, path: &Path) -> Result<Arc<HomeLock>> {
+        // The directory's entry must be durable before anything in it is: a synced database
+        // in a directory whose own name a power cut loses is lost with it.
+        create_dir_all_durably(fs, path).map_err(home_err(path, "create directory"))?;
+        // The lock file's entry need not be durable: a lost one is created again.
+        let lock = fs
+            .open_file(&path.join(LOCK_FILE), OpenMode::CreateOrOpen)
+            .map_err(home_err(path, "open its LOCK file"))?;
+        match lock.try_lock_exclusive() {
+            Ok(true) => Ok(Arc::new(HomeLock(lock))),
+            Ok(false) => Err(Error::HomeLocked {
+                path: path.to_path_buf(),
+            }),
+            Err(e) => Err(home_err(path, "lock")(e)),
+        }
+    }
+
+    /// Opens (creating the missing ones of a new home, in order) the three redb files, each
+    /// keeping `lock` until it is closed. A file missing before one present, or beside one
+    /// holding data, was lost, not yet created: [`Error::HomeDamaged`] before the missing one
+    /// is created empty.
+    fn open_redb(
+        fs: &Arc<dyn FileSystem>,
+        path: &Path,
+        options: &HomeOptions,
+        lock: &Arc<HomeLock>,
+    ) -> Result<[Arc<RedbDb>; 3]> {
+        let open = |file: &str, name: &str| -> Result<Arc<RedbDb>> {
+            let mut db = RedbDb::open_on(fs.clone(), &path.join(file), name, &options.redb)?;
+            // The database keeps the home locked until it is closed: a handle that
+            // outlives the `Home` must not let a second open reach its file.
+            db.keep_alive(lock.clone());
+            Ok(Arc::new(db))
+        };
+        // A new home's files are created in this order after its FORMAT: a crash while
+        // creating them leaves the first ones, empty.
+        let present = EngineFiles::find(&**fs, path)?.redb;
+        let lost = |problem: String| Error::HomeDamaged {
+            path: path.to_path_buf(),
+            problem,
+        };
+        if present[..] != REDB_FILES[..present.len()] {
+            let missing = REDB_FILES.iter().find(|f| !present.contains(f));
+            return Err(lost(format!(
+                "its {} is missing while {} exist",
+                missing.unwrap_or(&""),
+                present.join(", ")
+            )));
+        }
+        let mut dbs: Vec<Arc<RedbDb>> = Vec::with_capacity(REDB_FILES.len());
+        for (file, name) in REDB_FILES.iter().zip(DB_NAMES) {
+            if dbs.len() == present.len() && !dbs.is_empty() {
+                for (db, held) in dbs.iter().zip(&present) {
+                    let first = db.range(KeyRange::all(), Direction::Forward)?.next();
+                    if first.transpose()?.is_some() {
+                        return Err(lost(format!(
+                            "its {file} is missing while {held} holds data"
+                        )));
+                    }
+                }
+            }
+            dbs.push(open(file, name)?);
+        }
+        Ok(<[Arc<RedbDb>; 3]>::try_from(dbs)
+            .unwrap_or_else(|_| unreachable!("one database per file")))
     }
 
     /// Reads `FORMAT` (version and engine) and checks the engine (when `engine_asked`) and
@@ -501,77 +531,10 @@ impl Home {
         app_index: Option<KeyspaceIndex>,
     ) -> Result<Recorded> {
         let app_runs_asked = app_index.map(|i| i == KeyspaceIndex::Runs);
-        let check_app = |recorded: Recorded| -> Result<Recorded> {
-            match app_runs_asked {
-                Some(true) if recorded.engine == HomeEngine::Redb => {
-                    Err(Error::InvalidInput(format!(
-                        "home {}: a redb home's app cannot be indexed by runs (runs need the \
-                         journal engine)",
-                        path.display()
-                    )))
-                }
-                Some(runs) if runs != recorded.app_runs => Err(Error::InvalidInput(format!(
-                    "home {}: its app keyspace is indexed by {}, not {} (fixed when the home \
-                     was created)",
-                    path.display(),
-                    if recorded.app_runs {
-                        "runs"
-                    } else {
-                        "the tree"
-                    },
-                    if runs { "runs" } else { "the tree" },
-                ))),
-                _ => Ok(recorded),
-            }
-        };
         let fpath = path.join(FORMAT_FILE);
         match fs.open_file(&fpath, OpenMode::Existing) {
             Ok(f) => {
-                let len = f.len().map_err(home_err(path, "read FORMAT"))?;
-                if len > FORMAT_BYTES_MAX {
-                    return Err(Error::HomeDamaged {
-                        path: path.to_path_buf(),
-                        problem: format!(
-                            "its FORMAT is {len} bytes, longer than any FORMAT \
-                             ({FORMAT_BYTES_MAX} bytes at most)"
-                        ),
-                    });
-                }
-                let mut bytes = vec![0; len as usize];
-                f.read_at(0, &mut bytes)
-                    .map_err(home_err(path, "read FORMAT"))?;
-                let recorded = match parse_format(path, &String::from_utf8_lossy(&bytes)) {
-                    // An unreadable FORMAT beside a home's databases is a damaged home's, not
-                    // a directory that is no home.
-                    Err(e @ Error::Home { .. }) => {
-                        return Err(match EngineFiles::find(fs, path)?.any() {
-                            Some(files) => Error::HomeDamaged {
-                                path: path.to_path_buf(),
-                                problem: format!(
-                                    "its FORMAT is not one flushpoint writes ({e}), but it \
-                                     holds {files}"
-                                ),
-                            },
-                            None => e,
-                        });
-                    }
-                    r => r?,
-                };
-                let found = EngineFiles::find(fs, path)?;
-                // A journal home whose FORMAT was cut to its first line reads as redb, and a
-                // redb home's FORMAT can be replaced by a journal one: either way, opening on
-                // the recorded engine would create its databases empty beside the data.
-                if let Some(other) = found.other_than(recorded.engine) {
-                    return Err(Error::HomeDamaged {
-                        path: path.to_path_buf(),
-                        problem: format!(
-                            "its FORMAT records the {} engine, but it holds {other}, the {} \
-                             engine's files",
-                            recorded.engine,
-                            recorded.engine.other()
-                        ),
-                    });
-                }
+                let recorded = Self::read_format(fs, path, &*f)?;
                 if engine_asked && engine != recorded.engine {
                     return Err(Error::HomeEngine {
                         path: path.to_path_buf(),
@@ -579,7 +542,7 @@ impl Home {
                         requested: engine,
                     });
                 }
-                check_app(recorded)
+                check_app_index(path, app_runs_asked, recorded)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // FORMAT is durable before any database is created: databases without it
@@ -594,28 +557,17 @@ impl Home {
                 // faster at 10k and 300k light blocks).
                 let app_runs = app_runs_asked.unwrap_or(engine == HomeEngine::Journal);
                 // Refused before the FORMAT is written: nothing is.
-                check_app(Recorded {
-                    engine,
-                    parts_in_journal: false,
-                    app_runs: engine == HomeEngine::Journal && app_runs,
-                    app_values_in_journal: false,
-                })?;
-                let tmp = path.join("FORMAT.tmp");
-                let f = fs
-                    .open_file(&tmp, OpenMode::CreateTruncate)
-                    .map_err(home_err(path, "create FORMAT"))?;
-                f.write_at(0, format_text(engine, app_runs).as_bytes())
-                    .map_err(home_err(path, "write FORMAT"))?;
-                // Without this sync the rename can survive a power cut with the bytes lost:
-                // an empty FORMAT, which every later open refuses as "not a flushpoint home".
-                f.sync_all().map_err(home_err(path, "fsync FORMAT"))?;
-                fs.rename(&tmp, &fpath)
-                    .map_err(home_err(path, "rename FORMAT"))?;
-                // The FORMAT file's directory entry must be durable before any database is:
-                // a home with databases and no FORMAT would be taken for any version's, and a
-                // journal whose FORMAT a cut lost would be opened as a new redb home.
-                fs.sync_dir(path)
-                    .map_err(home_err(path, "fsync home directory"))?;
+                check_app_index(
+                    path,
+                    app_runs_asked,
+                    Recorded {
+                        engine,
+                        parts_in_journal: false,
+                        app_runs: engine == HomeEngine::Journal && app_runs,
+                        app_values_in_journal: false,
+                    },
+                )?;
+                Self::write_format(fs, path, engine, app_runs)?;
                 // A new journal home's app runs point at its large values in the journal
                 // (ADR 0016: written once, where runs held a second copy).
                 Ok(Recorded {
@@ -627,6 +579,83 @@ impl Home {
             }
             Err(e) => Err(home_err(path, "open FORMAT")(e)),
         }
+    }
+
+    /// What an existing home's `FORMAT` (open as `f`) records, checked against the files
+    /// the home holds: [`Error::HomeDamaged`] when it is unreadable beside databases, too
+    /// long, or names an engine whose files are not the ones present.
+    fn read_format(fs: &dyn FileSystem, path: &Path, f: &dyn FsFile) -> Result<Recorded> {
+        let len = f.len().map_err(home_err(path, "read FORMAT"))?;
+        if len > FORMAT_BYTES_MAX {
+            return Err(Error::HomeDamaged {
+                path: path.to_path_buf(),
+                problem: format!(
+                    "its FORMAT is {len} bytes, longer than any FORMAT \
+                     ({FORMAT_BYTES_MAX} bytes at most)"
+                ),
+            });
+        }
+        let mut bytes = vec![0; len as usize];
+        f.read_at(0, &mut bytes)
+            .map_err(home_err(path, "read FORMAT"))?;
+        let recorded = match parse_format(path, &String::from_utf8_lossy(&bytes)) {
+            // An unreadable FORMAT beside a home's databases is a damaged home's, not a
+            // directory that is no home.
+            Err(e @ Error::Home { .. }) => {
+                return Err(match EngineFiles::find(fs, path)?.any() {
+                    Some(files) => Error::HomeDamaged {
+                        path: path.to_path_buf(),
+                        problem: format!(
+                            "its FORMAT is not one flushpoint writes ({e}), but it holds \
+                             {files}"
+                        ),
+                    },
+                    None => e,
+                });
+            }
+            r => r?,
+        };
+        // A journal home whose FORMAT was cut to its first line reads as redb, and a redb
+        // home's FORMAT can be replaced by a journal one: either way, opening on the
+        // recorded engine would create its databases empty beside the data.
+        if let Some(other) = EngineFiles::find(fs, path)?.other_than(recorded.engine) {
+            return Err(Error::HomeDamaged {
+                path: path.to_path_buf(),
+                problem: format!(
+                    "its FORMAT records the {} engine, but it holds {other}, the {} engine's \
+                     files",
+                    recorded.engine,
+                    recorded.engine.other()
+                ),
+            });
+        }
+        Ok(recorded)
+    }
+
+    /// Writes a new home's `FORMAT` durably: a temporary file, fsynced, renamed, the
+    /// directory fsynced.
+    fn write_format(
+        fs: &dyn FileSystem,
+        path: &Path,
+        engine: HomeEngine,
+        app_runs: bool,
+    ) -> Result<()> {
+        let tmp = path.join("FORMAT.tmp");
+        let f = fs
+            .open_file(&tmp, OpenMode::CreateTruncate)
+            .map_err(home_err(path, "create FORMAT"))?;
+        f.write_at(0, format_text(engine, app_runs).as_bytes())
+            .map_err(home_err(path, "write FORMAT"))?;
+        // Without this sync the rename can survive a power cut with the bytes lost: an empty
+        // FORMAT, which every later open refuses as "not a flushpoint home".
+        f.sync_all().map_err(home_err(path, "fsync FORMAT"))?;
+        fs.rename(&tmp, &path.join(FORMAT_FILE))
+            .map_err(home_err(path, "rename FORMAT"))?;
+        // The FORMAT file's directory entry must be durable before any database is: a home
+        // with databases and no FORMAT would be taken for any version's, and a journal whose
+        // FORMAT a cut lost would be opened as a new redb home.
+        fs.sync_dir(path)
+            .map_err(home_err(path, "fsync home directory"))
     }
 
     /// The home's directory.
