@@ -17,7 +17,7 @@
 //! test opens it); a power cut uses `SimFs::set_cut_at` (that op and every later one fail,
 //! whichever thread makes them). No sleeps decide an outcome.
 
-mod common;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -30,7 +30,7 @@ use flushpoint::{
     HomeEngine, HomeOptions, JournalEngine, JournalOptions, MemoryDb, Node, ReadView, SimFs,
 };
 
-use common::fs::{Hook, HookedFs, SyncGate};
+use support::fs::{Hook, HookedFs, SyncGate};
 
 /// How long a test waits for a held sync it expects. Why: generous for a loaded machine; a
 /// pass takes milliseconds.

@@ -1,7 +1,7 @@
 //! fsync (and write, and set_len) failure: an EIO is injected into the n-th `sync_data` —
 //! and, in further passes, the n-th `write` and the n-th `set_len` — for every n of a run (a fresh open, a deferred sync of 8
 //! blocks in windows of 4, the switch to consensus, 2 consensus blocks), under redb on the
-//! simulated machine of `common::disk` (a failed sync leaves the pending writes readable but
+//! simulated machine of `support::disk` (a failed sync leaves the pending writes readable but
 //! not durable, as ext4/XFS do). For each n we first prove the fault fired (counted), then:
 //!
 //! * the engine stops: the call returns `Err` and every later call fails (poisoned);
@@ -24,16 +24,14 @@
 
 mod support;
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use common::disk::{Fate, Kind, Sim};
-use common::{Plan, drive, open_node};
 use flushpoint::demo::State;
 use flushpoint::{AppInfo, Db, Event, Mode, RedbDb, RedbOptions};
+use support::disk::{Fate, Kind, Sim};
 use support::full;
+use support::plan::{Plan, drive, open_node};
 
 fn options() -> RedbOptions {
     RedbOptions {

@@ -5,7 +5,7 @@
 //! through block sync, consensus, a clean stop and a Consistent reopen — to the same state
 //! as a redb home fed the same chain — and rolls back with `flushpoint::rollback`.
 
-mod common;
+mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -407,7 +407,7 @@ fn a_journal_home_with_app_runs_records_them_matches_the_tree_and_refuses_the_ot
 /// trait's default) passed every suite.
 #[test]
 fn a_journal_homes_files_forward_a_failed_writeback_start() {
-    use common::fs::{Hook, HookedFs};
+    use support::fs::{Hook, HookedFs};
     let fs = SimFs::new();
     let path = Path::new("/h");
     let runs = path

@@ -13,7 +13,7 @@
 //! Below the size the option names, a unit waits for its sync as before (no run is written
 //! while the sync is held).
 
-mod common;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,7 +25,7 @@ use flushpoint::{
     KeyspaceOptions, RUNS_DIR, SimFs,
 };
 
-use common::fs::{Hook, HookedFs};
+use support::fs::{Hook, HookedFs};
 
 const DIR: &str = "/journal";
 const APP: &str = "app";

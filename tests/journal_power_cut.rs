@@ -27,7 +27,6 @@
 //! same way. Prints the number of cut states. `FLUSHPOINT_SEED=<n>` replays a plan and its
 //! random fates; `FLUSHPOINT_FULL=1` adds random fates.
 
-mod common;
 mod support;
 
 use std::collections::BTreeMap;
@@ -35,11 +34,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use common::fs::{Hook, HookedFs};
 use flushpoint::{
     Applier, Batch, Db, DirFate, Direction, Durability, FileFate, JournalEngine, JournalOptions,
     KeyRange, KeyspaceOptions, SimFs, collect_range,
 };
+use support::fs::{Hook, HookedFs};
 use support::{Rng, full};
 
 const DIR: &str = "/data/journal";

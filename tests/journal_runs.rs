@@ -20,7 +20,7 @@
 //! `journal_power_cut.rs` and `journal_eio.rs` ("app" is indexed by runs there); the `Db`
 //! contract and the `BTreeMap` model in `db_conformance.rs` (`journal_runs*`).
 
-mod common;
+mod support;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -32,7 +32,7 @@ use flushpoint::{
     SEPARATE_VALUES_MIN_BYTES, SimFs, collect_range,
 };
 
-use common::fs::{Hook, HookedFs};
+use support::fs::{Hook, HookedFs};
 
 const DIR: &str = "/journal";
 const APP: &str = "app";

@@ -6,9 +6,7 @@
 //! wrote itself (for the state store's history and rollback), and the errors the documents
 //! promise.
 
-mod common;
-#[path = "../examples/ledger_node/ledger.rs"]
-mod ledger;
+mod support;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -23,7 +21,8 @@ use flushpoint::{
     MemoryDb, NoEvents, Node, PartRecord, PartSet, ROLLBACK_INTENT_FILE, RedbOptions, Result,
     SimFs, SimOp, StateStore, StateStoreBase, StoredHistory, encode,
 };
-use ledger::{Ledger, LedgerApp, LedgerBlock};
+use support::ledger::{self, Ledger, LedgerApp, LedgerBlock};
+use support::plan;
 
 /// The demo chain's history slots (ADR 0009: validators in slot 0, params in slot 1).
 fn validators_slot() -> HistorySlot {
@@ -37,7 +36,7 @@ fn params_slot() -> HistorySlot {
 /// write durable at once); returns it with the state it had after each height, from the
 /// genesis state (`states[0]` is at `initial_height - 1`).
 fn demo_node(initial_height: u64, blocks: u64) -> (Node<DemoChain>, Vec<State>) {
-    let spec = common::spec(initial_height);
+    let spec = plan::spec(initial_height);
     let app = KvApp::open(Arc::new(HoldingDb::new(
         Arc::new(MemoryDb::new("app")) as Arc<dyn Db>
     )))
@@ -159,7 +158,7 @@ fn rebuild(node: &Node<DemoChain>, h: u64, tamper: Tamper) -> std::result::Resul
         .load_state()
         .expect("load the state")
         .map(|cur| {
-            DemoChain::rebuild_state(&common::spec(cur.initial_height).chain(), &cur, h, &loads)
+            DemoChain::rebuild_state(&plan::spec(cur.initial_height).chain(), &cur, h, &loads)
                 .expect("no read error")
         })
         .expect("a state is saved")
@@ -543,7 +542,7 @@ fn demo_home(blocks: u64) -> SimFs {
         &RedbOptions::default(),
     )
     .unwrap();
-    let spec = common::spec(1);
+    let spec = plan::spec(1);
     let (mut node, _) = Node::open(
         home.block_store_db.clone(),
         home.state_db.clone(),
@@ -567,7 +566,7 @@ fn demo_rollback(fs: &SimFs, to: u64) -> Result<flushpoint::RollbackReport> {
         &RedbOptions::default(),
     )?;
     let mut app = demo_app(&home);
-    flushpoint::rollback(&home, &mut app, &common::spec(1).chain(), to)
+    flushpoint::rollback(&home, &mut app, &plan::spec(1).chain(), to)
 }
 
 fn saved_state_of(fs: &SimFs) -> State {

@@ -20,7 +20,7 @@
 //! heights, `version ‖ kind ‖ payload ‖ crc32(key ‖ version ‖ kind ‖ payload)`) with this
 //! file's own CRC-32, never with the codec's functions.
 
-mod common;
+mod support;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -34,7 +34,7 @@ use flushpoint::{
     fsync_dir,
 };
 
-use common::fs::{Hook, HookedFs};
+use support::fs::{Hook, HookedFs};
 
 // ---------------------------------------------------------------------------------------
 // An independent CRC-32 (IEEE 802.3, reflected, polynomial 0xEDB88320), bit by bit.

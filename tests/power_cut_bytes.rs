@@ -1,5 +1,5 @@
 //! Byte-level power cuts under redb: the three databases are redb files on a simulated
-//! machine (`common::disk`) that keeps a live and a durable image of each file. The run — a
+//! machine (`support::disk`) that keeps a live and a durable image of each file. The run — a
 //! fresh open, a deferred sync of 8 light blocks in windows of 4 (two flush points), the
 //! switch to consensus and 2 consensus blocks — is cut at every `write`, `set_len` and
 //! `sync_data` (counted across the three files: one power source). For each cut, crash
@@ -36,21 +36,19 @@
 
 mod support;
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use common::disk::{Fate, Lie, Sim};
-use common::{Plan, drive_observed, open_node};
 use flushpoint::demo::{KvApp, State};
 use flushpoint::{
     App, AppInfo, BlockStore, Event, HandshakeReport, HoldingDb, Node, RedbOptions, StateStore,
 };
+use support::disk::{Fate, Lie, Sim};
 use support::full;
+use support::plan::{Plan, drive_observed, open_node};
 
 /// A small page cache, so that redb also writes pages in the middle of a transaction.
 fn options() -> RedbOptions {
@@ -479,7 +477,7 @@ fn enumerate(
 #[test]
 fn power_cut_at_every_io_op_under_redb() {
     let t = Instant::now();
-    let seed = common::seed("power_cut_bytes");
+    let seed = support::seed_printed("power_cut_bytes", support::SEED_DEFAULT);
     // CI slice: every 3rd op, 2 random seeds; every 16th cut's recoveries cut again at every
     // 4th op of their own span. Full: every op, 8 seeds; every 16th cut's recoveries cut
     // again at every op of their span.

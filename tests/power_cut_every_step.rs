@@ -40,8 +40,6 @@
 
 mod support;
 
-mod common;
-
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -49,7 +47,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
-use common::{Plan, drive, drive_observed, open_node};
 use flushpoint::demo::{ChainSpec, KvApp, Profile, State};
 use flushpoint::testing::{RecordingDb, WriteLog, WriteRecord};
 use flushpoint::{
@@ -57,6 +54,7 @@ use flushpoint::{
     Node, Op, StateStore,
 };
 use support::full;
+use support::plan::{Plan, drive, drive_observed, open_node};
 
 const NAMES: [&str; 3] = ["block store", "state", "app"];
 const APP: usize = 2;

@@ -4,8 +4,7 @@
 //! (its `peak_bytes`), and the bound is reached exactly, not short of it; a refused
 //! submission queues nothing.
 
-#[path = "support/prefetch.rs"]
-mod prefetch_support;
+mod support;
 
 use std::sync::Arc;
 
@@ -14,7 +13,7 @@ use flushpoint::{
     Batch, Db, Durability, MemoryDb, PREFETCH_ENTRY_OVERHEAD_BYTES, PREFETCH_SESSION_BYTES_MAX,
     PREFETCH_SESSIONS_MAX, PrefetchPool,
 };
-use prefetch_support::{TestSource, wait_settled};
+use support::prefetch::{TestSource, wait_settled};
 
 fn key(i: usize) -> Bytes {
     Bytes::from(format!("key{i:08}"))

@@ -9,8 +9,7 @@
 //! deadlock here (the worker takes that lock after its read); the watchdog turns that into
 //! a failure instead of a hang.
 
-#[path = "support/prefetch.rs"]
-mod prefetch_support;
+mod support;
 
 use std::io::Write;
 use std::sync::Arc;
@@ -20,7 +19,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use flushpoint::{PREFETCH_BATCH_KEYS, PrefetchPool, PrefetchSession};
-use prefetch_support::{TestSource, wait_settled};
+use support::prefetch::{TestSource, wait_settled};
 
 fn keys(prefix: &str, n: usize) -> Vec<Bytes> {
     (0..n)

@@ -31,8 +31,6 @@
 //! Prints `N rollback cut states, 0 failures`. `FLUSHPOINT_FULL=1` adds 4 more file seeds;
 //! replay one seed with `FLUSHPOINT_SEED=<n>`.
 
-#[path = "support/rollback_home.rs"]
-mod rollback_home;
 mod support;
 
 use std::collections::{BTreeMap, HashSet};
@@ -45,8 +43,8 @@ use flushpoint::{
     Db, DirFate, Error, FileFate, FileSystem, HandshakeCase, Home, NoEvents, Node,
     ROLLBACK_INTENT_FILE, SimFs,
 };
-use rollback_home::{Dump, app_of, dump_home, home, options, spec, synced_to};
 use support::file_fates;
+use support::rollback_home::{Dump, app_of, dump_home, home, options, spec, synced_to};
 
 /// The height the home is synced to before the rollback.
 const TOP: u64 = 6;

@@ -19,8 +19,7 @@
 //! and chain-seam suites pass; a test of this file fails (docs/TESTING.md, "Mutation
 //! testing").
 
-#[path = "support/rollback_home.rs"]
-mod rollback_home;
+mod support;
 
 use std::sync::Arc;
 
@@ -30,7 +29,7 @@ use flushpoint::{
     App, AppInfo, BlockStore, Db, Error, FileSystem, Home, ROLLBACK_INTENT_FILE, RollbackRefusal,
     RollbackReport, SimFs,
 };
-use rollback_home::{Dump, app_of, dump_home, home, options, spec, synced_to};
+use support::rollback_home::{Dump, app_of, dump_home, home, options, spec, synced_to};
 
 /// The height the home is synced to.
 const TOP: u64 = 8;

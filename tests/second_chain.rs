@@ -17,8 +17,7 @@
 //! The oracle is the uncut run (the same deterministic chain, never cut), not the engine's
 //! own bookkeeping; `the_oracle_rejects_a_wrong_tip` feeds it a wrong answer.
 
-#[path = "../examples/ledger_node/ledger.rs"]
-mod ledger;
+mod support;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashSet};
@@ -34,7 +33,7 @@ use flushpoint::{
     App, Chain, ChainBlock, ChainState, CountingDb, Db, Direction, Durability, FlushTrigger,
     HandshakeCase, HoldingDb, KeyRange, MemoryDb, NoEvents, Node, PartSet, collect_range,
 };
-use ledger::{Ledger, LedgerApp};
+use support::ledger::{self, Ledger, LedgerApp};
 
 /// A chain under test: how to build its app and its next block.
 trait TestChain: Chain + Clone {

@@ -20,11 +20,17 @@
 //!   after the fault.
 //! * [`Lie`]: from op N on, `sync_data` on one disk (or on all) returns `Ok` and changes
 //!   nothing (the negative control).
+//!
+//! Invariant: a crash image is a function of the ops issued, the cut and the [`Fate`]: the
+//! same seed gives the same images.
+//! Invariant: an op past the cut never reaches an image (the machine is dead).
 
 use std::sync::{Arc, Mutex};
 
 use flushpoint::{Db, RedbDb, RedbOptions};
 use redb::StorageBackend;
+
+use super::Rng;
 
 /// A pending (unsynced) operation.
 #[derive(Debug, Clone)]
@@ -113,23 +119,6 @@ pub enum Fate {
     /// Each disk, from its own RNG (this seed and the disk's index): loses every pending op,
     /// keeps every one, or drops, applies or tears each at random.
     Random(u64),
-}
-
-/// splitmix64.
-#[derive(Debug, Clone)]
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
 }
 
 pub const SECTOR: usize = 512;

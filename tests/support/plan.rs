@@ -1,12 +1,10 @@
-//! Shared by the crash-safety suites (`power_cut_every_step`, `power_cut_bytes`,
-//! `fsync_failure`): the chain, the flush policy, a driver that syncs a node to the end
-//! (block sync in windows up to a height, then consensus) and the suites' seed.
+//! A node run for the crash-safety suites (`power_cut_every_step`, `power_cut_bytes`,
+//! `fsync_failure`, the chain seam's checks): the chain, the flush policy, and a driver that
+//! syncs a node to the end of a [`Plan`] (block sync in windows up to a height, then
+//! consensus).
 //!
-//! Each test crate uses a different subset, hence the `dead_code` allowance.
-#![allow(dead_code)]
-
-pub mod disk;
-pub mod fs;
+//! Invariant: a run is a function of its [`Plan`] and the node's own state: blocks are
+//! regenerated from the state, so a restarted node is driven along the uncut run's chain.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,27 +14,6 @@ use flushpoint::{Db, EventSink, FlushPolicy, HandshakeReport, HoldingDb, Node, R
 
 /// Blocks per window of the default plan.
 pub const WINDOW: u64 = 4;
-
-/// The seed fixed in the source when `FLUSHPOINT_SEED` is unset: never a clock.
-pub const SEED_DEFAULT: u64 = 0x005e_edf1;
-
-/// The seed every random choice of a suite derives from: `FLUSHPOINT_SEED=<n>` (decimal or
-/// `0x` hex) replays a printed seed; unset, [`SEED_DEFAULT`]. Printed by the caller's label.
-pub fn seed(label: &str) -> u64 {
-    let s = match std::env::var("FLUSHPOINT_SEED") {
-        Ok(v) => {
-            let v = v.trim();
-            let parsed = match v.strip_prefix("0x") {
-                Some(hex) => u64::from_str_radix(hex, 16),
-                None => v.parse(),
-            };
-            parsed.unwrap_or_else(|_| panic!("FLUSHPOINT_SEED={v:?} is not a u64"))
-        }
-        Err(_) => SEED_DEFAULT,
-    };
-    println!("{label}: seed {s} (replay: FLUSHPOINT_SEED={s})");
-    s
-}
 
 /// The chain every suite syncs by default: small light blocks with a validator-set change
 /// every 3 blocks, a consensus-params change every 7 and an empty block every 5, so that
