@@ -22,6 +22,8 @@
 //! Peak RSS over the suite stays under [`RSS_PEAK_MAX_BYTES`] (a 1 TiB sparse segment is
 //! streamed, never read whole). The counts per file kind and damage are printed.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -33,6 +35,7 @@ use flushpoint::{
     Db, Direction, Error, ErrorKind, FlushPolicy, HoldingDb, Home, HomeEngine, HomeOptions,
     KeyRange, KeyspaceIndex, NoEvents, Node, collect_range,
 };
+use support::full;
 
 /// The unit zeroed: redb's page size and the file system's block.
 const PAGE_BYTES: u64 = 4096;
@@ -76,10 +79,6 @@ fn options(engine: HomeEngine) -> HomeOptions {
         o.app_index = Some(KeyspaceIndex::Runs);
     }
     o
-}
-
-fn full() -> bool {
-    std::env::var("FLUSHPOINT_FULL").is_ok_and(|v| v == "1")
 }
 
 fn open_node(home: Home) -> flushpoint::Result<Node<DemoChain>> {

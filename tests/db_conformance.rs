@@ -25,6 +25,8 @@
 //! never with the crate's `KeyRange::contains`, so a wrong bound in the crate cannot agree
 //! with itself.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::path::Path;
@@ -716,9 +718,7 @@ mod model {
 
     /// Longest op sequence per case.
     const OPS_MAX: u64 = 40;
-    /// Env var that replays one seed of the seeded model test (the project's one seed
-    /// variable).
-    const SEED_ENV: &str = "FLUSHPOINT_SEED";
+    use crate::support::SEED_ENV;
     /// The seed of a run without `FLUSHPOINT_SEED`.
     const SEED_DEFAULT: u64 = 0x00f1_5400;
 
@@ -1116,12 +1116,7 @@ mod model {
 
     /// The seed of a run (`FLUSHPOINT_SEED`, else the fixed default).
     pub fn seed() -> u64 {
-        match std::env::var(SEED_ENV) {
-            Ok(s) => s
-                .parse()
-                .unwrap_or_else(|_| panic!("{SEED_ENV}={s:?} is not a u64")),
-            Err(_) => SEED_DEFAULT,
-        }
+        crate::support::seed(SEED_DEFAULT)
     }
 }
 

@@ -14,6 +14,7 @@
 #[allow(dead_code)]
 #[path = "../fuzz/src/lib.rs"]
 mod fuzz_checks;
+mod support;
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -32,6 +33,7 @@ use flushpoint::{
     HoldingDb, KeyRange, MemoryDb, NoEvents, Node, Record, collect_range, decode, encode,
 };
 use fuzz_checks::{KEY, TARGETS, run_target};
+use support::Rng;
 
 /// Named stored inputs (file name, bytes).
 type Inputs = [(String, Vec<u8>)];
@@ -247,19 +249,6 @@ fn real_chain() -> (Entries, Vec<Block>) {
     (values, blocks)
 }
 
-/// A seed value splitmix64 stream (no clock).
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut x = self.0;
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        x ^ (x >> 31)
-    }
-}
-
 /// A valid payload and its broken variants: truncated, one trailing byte, first byte
 /// flipped, and the framed value under the fuzz key.
 fn variants(payload: &[u8], framed: Option<Vec<u8>>) -> Vec<Vec<u8>> {
@@ -315,11 +304,11 @@ fn seeds() -> BTreeMap<&'static str, Vec<Vec<u8>>> {
         &values,
         m.entry("decode_validators_info").or_default(),
     );
-    let mut rng = SplitMix(0x0f22_5eed);
+    let mut rng = Rng(0x0f22_5eed);
     let holding = m.entry("holding_ops").or_default();
     for i in 0..24 {
         let len = 8 + (i * 11) % 200;
-        holding.push((0..len).map(|_| rng.next() as u8).collect());
+        holding.push((0..len).map(|_| rng.next_u64() as u8).collect());
     }
     m
 }

@@ -417,11 +417,9 @@ fn run(initial: u64, last: u64, schedule: &Schedule, retains: &[u64], tally: &mu
     }
 }
 
+/// The seeds of the random schedules: the one in `FLUSHPOINT_SEED`, else four fixed ones.
 fn seeds() -> Vec<u64> {
-    match std::env::var("FLUSHPOINT_SEED") {
-        Ok(s) => vec![s.parse().expect("FLUSHPOINT_SEED is a u64")],
-        Err(_) => vec![1, 2, 3, 0x5eed_5eed],
-    }
+    support::seed_override().map_or_else(|| vec![1, 2, 3, 0x5eed_5eed], |s| vec![s])
 }
 
 #[test]
