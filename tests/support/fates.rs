@@ -4,7 +4,7 @@
 //! Invariant: every fate is drawn from the seed given, so a printed seed replays the same
 //! crash images.
 
-use super::full;
+use super::{Rng, full};
 
 /// The directory fates tried for a crash with `n` directory ops pending: all dropped, all
 /// kept, every ordered prefix, and every subset up to `subsets_max_ops` pending ops, else
@@ -21,13 +21,8 @@ pub fn dir_fates(
     if n <= subsets_max_ops {
         v.extend((0..1u64 << n).map(DirFate::Mask));
     } else {
-        let mut x = seed;
-        v.extend((0..samples).map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            DirFate::Mask(x >> 7)
-        }));
+        let mut rng = Rng(seed);
+        v.extend((0..samples).map(|_| DirFate::Mask(rng.next_u64())));
     }
     v
 }
