@@ -7,7 +7,7 @@
 //! Each record is written through the real store API into a `MemoryDb`; the test then
 //! overwrites its value with a raw batch and calls the store's own load.
 
-mod support;
+use crate::support;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;

@@ -25,8 +25,6 @@
 //! never with the crate's `KeyRange::contains`, so a wrong bound in the crate cannot agree
 //! with itself.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::path::Path;

@@ -22,7 +22,7 @@
 //! test counts that each injected fault fired exactly once.
 //! Full: `FLUSHPOINT_FULL=1 cargo test --release --test fsync_failure -- --nocapture`.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;

@@ -11,7 +11,7 @@
 //! sequence and by the seeded random search. Seeds: `FLUSHPOINT_SEED=<n>` (printed; fixed
 //! default, never the clock).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
