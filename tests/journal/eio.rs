@@ -39,7 +39,7 @@
 //! `FLUSHPOINT_EIO_RESTART=1` adds a restart on the same machine after each fault — an open
 //! finding that fails today (see `restart_experiment`).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

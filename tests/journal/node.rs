@@ -24,7 +24,7 @@
 //! Prints `N journal node cut states`. `FLUSHPOINT_FULL=1` adds random fates and seeds;
 //! `FLUSHPOINT_SEED=<n>` replays one.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};

@@ -20,7 +20,7 @@
 //! `journal_power_cut.rs` and `journal_eio.rs` ("app" is indexed by runs there); the `Db`
 //! contract and the `BTreeMap` model in `db_conformance.rs` (`journal_runs*`).
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::sync::Arc;

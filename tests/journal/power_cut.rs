@@ -27,7 +27,7 @@
 //! same way. Prints the number of cut states. `FLUSHPOINT_SEED=<n>` replays a plan and its
 //! random fates; `FLUSHPOINT_FULL=1` adds random fates.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

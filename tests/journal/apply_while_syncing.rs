@@ -13,7 +13,7 @@
 //! Below the size the option names, a unit waits for its sync as before (no run is written
 //! while the sync is held).
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
