@@ -4,7 +4,7 @@
 //! (its `peak_bytes`), and the bound is reached exactly, not short of it; a refused
 //! submission queues nothing.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -17,7 +17,7 @@
 //! Planted in `src/holding/mod.rs` (reverted), each made `reads_equal_the_database_*` fail:
 //! the bump moved before the write is applied, and the bump skipped for held writes.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -9,7 +9,7 @@
 //! deadlock here (the worker takes that lock after its read); the watchdog turns that into
 //! a failure instead of a hang.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::sync::Arc;
