@@ -3,7 +3,7 @@
 //! A prune to the current base writes nothing. An interrupted prune reads, load for load,
 //! as the finished one (ADR 0001's crash table: either side of the cut).
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! Rollback at its edges: to exactly the base keeps that one block; a flush record is kept
 //! when the rollback stops at its `to` height and removed when it goes below.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 //! it had worked). Checked with a failing `Db` wrapper, and with a redb file whose
 //! `sync_data` fails.
 
-mod support;
+use crate::support;
 
 use std::ops::Bound;
 use std::sync::Arc;

@@ -10,7 +10,7 @@
 //! that, in the common case, no growth happens at all and the raw `sync_data` count is 1.
 //! Run with `--nocapture` to see the measured counts.
 
-mod support;
+use crate::support;
 
 use std::fs::OpenOptions;
 use std::ops::Bound;

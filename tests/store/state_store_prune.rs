@@ -15,7 +15,7 @@
 //! changes, and seeded random schedules (the seeds are printed; `FLUSHPOINT_SEED=<n>`
 //! replays one).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

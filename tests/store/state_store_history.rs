@@ -7,7 +7,7 @@
 //! Expected values come from this file's own model of the updates (a `BTreeMap` of powers),
 //! not from `ValidatorSet::apply_updates`.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

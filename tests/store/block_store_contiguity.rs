@@ -3,7 +3,7 @@
 //! commit that does not commit the block each return their typed error and write nothing —
 //! no batch reaches the database and its contents are byte-for-byte unchanged.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

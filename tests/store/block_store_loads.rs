@@ -2,7 +2,7 @@
 //! rollback removes it, and then it is gone without a trace: no record, no index entry, no
 //! disk space that refilling cannot reuse. Base and height survive a reopen.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 
