@@ -19,7 +19,7 @@
 //! and chain-seam suites pass; a test of this file fails (docs/TESTING.md, "Mutation
 //! testing").
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

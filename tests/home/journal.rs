@@ -5,7 +5,7 @@
 //! through block sync, consensus, a clean stop and a Consistent reopen — to the same state
 //! as a redb home fed the same chain — and rolls back with `flushpoint::rollback`.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
