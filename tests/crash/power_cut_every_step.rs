@@ -38,7 +38,7 @@
 //! `FLUSHPOINT_FULL=1` runs all of them
 //! (`FLUSHPOINT_FULL=1 cargo test --release --test power_cut_every_step -- --nocapture`).
 
-mod support;
+use crate::support;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};

@@ -3,7 +3,7 @@
 //! of call fires exactly where asked. A model that silently did less would make the suites
 //! that run over it pass for the wrong reason.
 
-mod support;
+use crate::support;
 
 use redb::StorageBackend;
 use support::disk::{Fate, Kind, Lie, Sim};

@@ -17,7 +17,7 @@
 //! test opens it); a power cut uses `SimFs::set_cut_at` (that op and every later one fail,
 //! whichever thread makes them). No sleeps decide an outcome.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

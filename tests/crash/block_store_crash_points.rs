@@ -10,7 +10,7 @@
 //! writes — with both outcomes for the write in flight. Each enumeration first counts the
 //! operation's writes in an uncut run, and checks that the cut fired.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

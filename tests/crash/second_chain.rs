@@ -17,7 +17,7 @@
 //! The oracle is the uncut run (the same deterministic chain, never cut), not the engine's
 //! own bookkeeping; `the_oracle_rejects_a_wrong_tip` feeds it a wrong answer.
 
-mod support;
+use crate::support;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashSet};

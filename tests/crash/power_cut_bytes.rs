@@ -34,7 +34,7 @@
 //! `FLUSHPOINT_FULL=1 cargo test --release --test power_cut_bytes -- --nocapture`.
 //! `FLUSHPOINT_SEED=<n>` replays the random fates of a printed seed.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};

@@ -27,7 +27,7 @@
 //! with 1 random file seed; `FLUSHPOINT_FULL=1` adds 4 more seeds and 64 random subsets.
 //! Replay one seed: `FLUSHPOINT_SEED=<n>`.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};

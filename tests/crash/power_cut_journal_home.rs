@@ -28,7 +28,7 @@
 //! Prints `N file-system cut states`. CI: every cut, 1 random file seed;
 //! `FLUSHPOINT_FULL=1` adds 4 seeds and 64 random subsets. Replay: `FLUSHPOINT_SEED=<n>`.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
