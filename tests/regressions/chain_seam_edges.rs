@@ -1,12 +1,17 @@
-//! Pins what the mutation run over the chain seam (ADR 0009; the mutation table of
-//! docs/TESTING.md) showed unguarded: each test names the mutants it was written for.
+//! The chain seam (ADR 0009) at its edges: `rebuild_state` returns the state a node had at
+//! every height and refuses any one input that does not match or is not stored; a pruned
+//! history load names its slot; a history pointer into the future is corrupt; a chain that
+//! cannot rebuild a state still rolls a block store back to its state; a stored block with
+//! rewritten transactions is corrupt; a rerun of a rollback after its state step does not
+//! lower the state again. Each test names the mutants of the seam it catches (the mutation
+//! section of docs/TESTING.md).
 //!
 //! The expected values come from outside the code under test: the states a node reached
 //! block by block (for the demo chain's `rebuild_state`), the heights and bytes this file
 //! wrote itself (for the state store's history and rollback), and the errors the documents
 //! promise.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::sync::Arc;

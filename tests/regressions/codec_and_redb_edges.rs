@@ -1,7 +1,7 @@
-//! Properties of the redb backend and the codec that no other suite pinned down: without this
-//! file, 17 mutants of `src/db/redb_db.rs` and `src/codec/` survive the suites that exercise
-//! those files (cargo-mutants; each test below names the mutants it catches; the mutation
-//! section of `docs/TESTING.md` says how to run it). The codec's documented bytes are checked directly too:
+//! Properties of the redb backend and the codec that no other suite pins down: each test
+//! below names the mutants of `src/db/redb_db.rs` and `src/codec/` it catches (cargo-mutants;
+//! the mutation section of `docs/TESTING.md` says how to run it). The codec's documented
+//! bytes are checked directly:
 //!
 //! * the key layout's range ends and short keys (`prefix_end`, `height_of`);
 //! * the record framing's "truncated" answer, with the bytes still missing, for values too
@@ -20,7 +20,7 @@
 //! heights, `version ‖ kind ‖ payload ‖ crc32(key ‖ version ‖ kind ‖ payload)`) with this
 //! file's own CRC-32, never with the codec's functions.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::sync::Arc;
