@@ -20,7 +20,8 @@
 //! loses nothing acknowledged) or a typed error of a damage kind naming the file or its
 //! database ([`judge`]) — never a panic, an abort, a silent truncation or a wrong answer.
 //! Peak RSS over the suite stays under [`RSS_PEAK_MAX_BYTES`] (a 1 TiB sparse segment is
-//! streamed, never read whole). The counts per file kind and damage are printed.
+//! streamed, never read whole). The counts per file kind and damage are printed. A target
+//! of its own: the peak RSS (`VmHWM`) it bounds is the process's.
 
 mod support;
 
