@@ -3,8 +3,7 @@
 //! naming the damage; a directory without a home exits 1; and verify writes nothing, clean
 //! or damaged.
 
-mod cli_support;
-use cli_support::*;
+use crate::cli_support::*;
 use flushpoint::testing::DirSnapshot;
 use std::path::Path;
 

@@ -2,8 +2,7 @@
 //! on the finished home changes nothing, and an interrupted run resumed with the same flags
 //! ends at the same height and app hash.
 
-mod cli_support;
-use cli_support::*;
+use crate::cli_support::*;
 
 #[test]
 fn sync_json_ends_at_n_plus_m_and_resume_is_consistent() {

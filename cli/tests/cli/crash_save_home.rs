@@ -2,8 +2,7 @@
 //! existing home, a locked directory or any non-empty one is refused with exit 2 before the
 //! test starts, and left byte for byte as it was.
 
-mod cli_support;
-use cli_support::*;
+use crate::cli_support::*;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -5,11 +5,10 @@
 //! `kill -9` loop (`crash-test --engine journal`) finds no mismatch — a few kills in CI,
 //! `FLUSHPOINT_FULL=1` for 150.
 
-mod cli_support;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use cli_support::*;
+use crate::cli_support::*;
 
 fn sync_engine(home: &Path, engine: Option<&str>, blocks: u64) -> std::process::Output {
     let mut args = vec![
@@ -173,7 +172,7 @@ fn inspect_shows_the_journal_and_rollback_then_sync_reaches_the_uncut_hash() {
 
 #[test]
 fn kill_loop_on_a_journal_home_lands_kills_in_flush_points_and_finds_no_mismatch() {
-    let full = std::env::var("FLUSHPOINT_FULL").is_ok_and(|v| v == "1");
+    let full = full();
     let kills: u64 = if full { 150 } else { 8 };
     let dir = tempfile::tempdir().unwrap();
     let o = run(&[

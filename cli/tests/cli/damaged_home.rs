@@ -2,8 +2,7 @@
 //! or sync a new home — and never that rerunning repairs it: the start-up handshake
 //! repairs the shapes a crash leaves, not damaged bytes.
 
-mod cli_support;
-use cli_support::*;
+use crate::cli_support::*;
 
 use std::path::Path;
 

@@ -2,8 +2,7 @@
 //! is a usage error, exit 2, reported before anything is written: no home, no work
 //! directory.
 
-mod cli_support;
-use cli_support::*;
+use crate::cli_support::*;
 
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};

@@ -3,8 +3,7 @@
 //! it), and each database's `units` and `bytes_written` count its parts of them — the
 //! same bytes a redb home's batches carry, without inflating the fsyncs per block.
 
-mod cli_support;
-use cli_support::*;
+use crate::cli_support::*;
 
 use std::path::Path;
 

@@ -1,8 +1,7 @@
 //! Each user error is one line on stderr that says what to do, with exit code 2 for usage
 //! and 1 otherwise, and leaves the home as it was.
 
-mod cli_support;
-use cli_support::*;
+use crate::cli_support::*;
 
 fn one_line(o: &std::process::Output) -> String {
     let e = stderr(o);

@@ -2,8 +2,7 @@
 //! changing anything; rollback refuses what the app cannot follow and what a flush-point
 //! crash left (until repaired), and a rollback followed by a sync reaches the uncut hash.
 
-mod cli_support;
-use cli_support::*;
+use crate::cli_support::*;
 
 fn inspect(home: &std::path::Path) -> serde_json::Value {
     let o = run(&["inspect", "--home", home.to_str().unwrap(), "--json"]);

@@ -4,8 +4,7 @@
 //! undo; and the commands that only read (`inspect`, `rollback` with nothing to do). Each
 //! case snapshots the home before and after and names the first file and byte that differ.
 
-mod cli_support;
-use cli_support::*;
+use crate::cli_support::*;
 use flushpoint::testing::DirSnapshot;
 use std::path::Path;
 

@@ -2,8 +2,7 @@
 //! marker for the parent, so a kill lands exactly there), finds no mismatch, and replays
 //! the same kills with the same outcomes from its seed.
 
-mod cli_support;
-use cli_support::*;
+use crate::cli_support::*;
 
 fn crash_test(seed: &str, kills: &str, dir: &std::path::Path) -> serde_json::Value {
     let o = run(&[

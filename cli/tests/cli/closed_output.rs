@@ -1,8 +1,7 @@
 //! A closed stdout or stderr (`flushpoint sync | head -1`) never panics: the command stops
 //! cleanly (a sync stops its node first), exits 141, and the home opens consistent.
 
-mod cli_support;
-use cli_support::*;
+use crate::cli_support::*;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
