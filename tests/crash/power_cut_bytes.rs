@@ -31,7 +31,7 @@
 //! acknowledged-height check on every database.
 //!
 //! CI runs a slice (cuts sampled, 2 random seeds). The full enumeration:
-//! `FLUSHPOINT_FULL=1 cargo test --release --test power_cut_bytes -- --nocapture`.
+//! `FLUSHPOINT_FULL=1 cargo test --release --test crash power_cut_bytes:: -- --nocapture`.
 //! `FLUSHPOINT_SEED=<n>` replays the random fates of a printed seed.
 
 use crate::support;
@@ -431,7 +431,7 @@ fn enumerate(
             let mut images = sim.crash_images(fate);
             // A cut while redb creates a file can leave a file redb refuses ("not a redb
             // database"): redb's own creation is not atomic, so `RedbDb::open` creates by
-            // rename (tests/redb_create_atomic.rs). Nothing was acknowledged yet; count these
+            // rename (tests/db/redb_create_atomic.rs). Nothing was acknowledged yet; count these
             // images and recover from an empty file, as the rename guarantees.
             unopenable += discard_half_created(&mut images, |i| k <= created_by[i]);
             let span = match suite.recover(images.clone(), out.acked, &out.events, None, &fates) {

@@ -36,7 +36,7 @@
 //!
 //! CI runs a slice of the configurations (the flagged ones and every third of the rest);
 //! `FLUSHPOINT_FULL=1` runs all of them
-//! (`FLUSHPOINT_FULL=1 cargo test --release --test power_cut_every_step -- --nocapture`).
+//! (`FLUSHPOINT_FULL=1 cargo test --release --test crash power_cut_every_step:: -- --nocapture`).
 
 use crate::support;
 

@@ -353,7 +353,7 @@ fn power_cut_at_every_op_of_creating_and_syncing_a_journal_home_loses_nothing_ac
     let total = uncut_fs.ops();
     // The run rolls segments (else the small sizes above do not bite). None is trimmed: every
     // segment holds block parts the index points at, and the run prunes nothing (ADR 0013;
-    // trims of such segments are cut in `journal_power_cut`).
+    // trims of such segments are cut in `tests/journal/power_cut.rs`).
     let log = uncut_fs.stats().log;
     let seg = |op: flushpoint::SimOp| {
         log.iter()
@@ -428,7 +428,7 @@ fn power_cut_at_every_op_of_creating_and_syncing_a_journal_home_loses_nothing_ac
     );
     println!("{} file-system cut states", s.states);
     // No "Unlink": every segment holds block parts the index points at, so nothing is
-    // trimmed in this run (ADR 0013); cuts in trims are `journal_power_cut`'s.
+    // trimmed in this run (ADR 0013); cuts in trims are `tests/journal/power_cut.rs`'s.
     for kind in [
         "Create", "Mkdir", "Write", "SetLen", "SyncData", "SyncAll", "Rename", "SyncDir",
     ] {

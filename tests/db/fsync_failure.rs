@@ -20,7 +20,7 @@
 //!
 //! CI and full: every `sync_data`, `write` and `set_len` index, from height 1 and 5; the
 //! test counts that each injected fault fired exactly once.
-//! Full: `FLUSHPOINT_FULL=1 cargo test --release --test fsync_failure -- --nocapture`.
+//! Full: `FLUSHPOINT_FULL=1 cargo test --release --test db fsync_failure:: -- --nocapture`.
 
 use crate::support;
 

@@ -1,5 +1,5 @@
 //! What `flushpoint::rollback` refuses, and where its bounds lie, through the library (the
-//! tool's own tests, in `cli/tests/cli_inspect_rollback.rs`, reach some of them through the
+//! tool's own tests, in `cli/tests/cli/inspect_rollback.rs`, reach some of them through the
 //! binary only):
 //!
 //! * a target at or above every height has nothing to do: `Ok`, `nothing_to_do`, nothing

@@ -17,8 +17,8 @@
 //!   the last pointer; a reader's snapshot keeps it until dropped.
 //!
 //! The power cuts and EIO at every operation of a runs keyspace's life are in
-//! `journal_power_cut.rs` and `journal_eio.rs` ("app" is indexed by runs there); the `Db`
-//! contract and the `BTreeMap` model in `db_conformance.rs` (`journal_runs*`).
+//! `power_cut.rs` and `eio.rs` ("app" is indexed by runs there); the `Db` contract and the
+//! `BTreeMap` model in `tests/db/conformance.rs` (`journal_runs*`).
 
 use crate::support;
 
