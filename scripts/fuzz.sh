@@ -15,7 +15,7 @@
 # -merge=1 rewrites tests/fuzz_corpus/<target>/ as a small set of inputs covering every
 # edge the stored and the working corpus cover (hit counts and comparison features ignored,
 # so a decoder keeps a few dozen inputs); a crasher is added there by hand. CI replays
-# tests/fuzz_corpus/ through the same checks in tests/fuzz_regressions.rs (`cargo test`).
+# tests/fuzz_corpus/ through the same checks in tests/regressions/fuzz_corpus.rs (`cargo test`).
 # Prints one summary line per target: executions, exec/s, and whether it crashed.
 set -euo pipefail
 cd "$(dirname "$0")/.."

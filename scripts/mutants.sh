@@ -10,7 +10,7 @@
 #       needs --no-config; MUTANTS_FILES does that and repeats the config's timeouts and
 #       its exclude_re list)
 #   scripts/mutants.sh --shard 1/4     # extra args go to cargo mutants
-#   MUTANTS_TESTS="holding_model node_smoke" scripts/mutants.sh   # choose test targets
+#   MUTANTS_TESTS="db node" scripts/mutants.sh   # choose test targets
 #   MUTANTS_JOBS=2 scripts/mutants.sh  # parallel build dirs (default 1; 2 CPUs here), and
 #       as many rustc jobs in all (cargo-mutants' own jobserver; CARGO_BUILD_JOBS is ignored)
 #   MUTANTS_FILES=... scripts/mutants.sh --timeout 120 --baseline skip   # a fixed timeout:
@@ -27,13 +27,14 @@ if ! cargo mutants --version >/dev/null 2>&1; then
 fi
 
 # Test targets run per mutant: the library's unit tests plus the integration tests that
-# exercise the examined modules. Default: every tests/*.rs except loom_* (compiled to
-# nothing without --cfg loom), fuzz_regressions (codec only) and cli_* (the binary, slow).
+# exercise the examined modules. Default: every target of tests/ (a folder with a main.rs,
+# or a file) except loom_* (compiled to nothing without --cfg loom); the tool's tests
+# (cli/tests, the binary, slow) are another package's.
 if [[ -n "${MUTANTS_TESTS:-}" ]]; then
     targets="$MUTANTS_TESTS"
 else
-    targets=$(ls tests/*.rs | xargs -n1 basename | sed 's/\.rs$//' \
-        | grep -v -e '^loom_' -e '^fuzz_regressions$' -e '^cli_' | tr '\n' ' ')
+    targets=$( { ls tests/*/main.rs; ls tests/*.rs; } | sed -e 's|^tests/||' -e 's|/main\.rs$||' \
+        -e 's|\.rs$||' | grep -v -e '^loom_' | tr '\n' ' ')
 fi
 # The targets go to every cargo command (`--cargo-arg`), the build included: arguments
 # after `--` reach only `cargo test`, and the build (`cargo test --no-run`) would then

@@ -20,7 +20,10 @@
 //! loses nothing acknowledged) or a typed error of a damage kind naming the file or its
 //! database ([`judge`]) — never a panic, an abort, a silent truncation or a wrong answer.
 //! Peak RSS over the suite stays under [`RSS_PEAK_MAX_BYTES`] (a 1 TiB sparse segment is
-//! streamed, never read whole). The counts per file kind and damage are printed.
+//! streamed, never read whole). The counts per file kind and damage are printed. A target
+//! of its own: the peak RSS (`VmHWM`) it bounds is the process's.
+
+mod support;
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -33,6 +36,7 @@ use flushpoint::{
     Db, Direction, Error, ErrorKind, FlushPolicy, HoldingDb, Home, HomeEngine, HomeOptions,
     KeyRange, KeyspaceIndex, NoEvents, Node, collect_range,
 };
+use support::full;
 
 /// The unit zeroed: redb's page size and the file system's block.
 const PAGE_BYTES: u64 = 4096;
@@ -76,10 +80,6 @@ fn options(engine: HomeEngine) -> HomeOptions {
         o.app_index = Some(KeyspaceIndex::Runs);
     }
     o
-}
-
-fn full() -> bool {
-    std::env::var("FLUSHPOINT_FULL").is_ok_and(|v| v == "1")
 }
 
 fn open_node(home: Home) -> flushpoint::Result<Node<DemoChain>> {

@@ -212,7 +212,7 @@ fn model_body(runs: &AtomicUsize) {
     .unwrap();
     // Synchronous flush points: loom explores the node's lock protocol (timer, block
     // thread, stop); a background flush point's hand-off to its OS thread is outside what
-    // loom can schedule, and its rules are pinned by `tests/deferred_background.rs`.
+    // loom can schedule, and its rules are pinned by `tests/node/deferred_background.rs`.
     let policy = FlushPolicy {
         window_blocks_max: Some(WINDOW),
         interval: INTERVAL,

@@ -2,6 +2,9 @@
 //! classification (case and the three heights), its repairs, every durable flush point (its
 //! heights, bytes and how long the loop waited) in both flush modes, and a refusal — and
 //! never prints.
+//!
+//! A target of its own: it installs the process's global `tracing` subscriber, which would
+//! record (and slow) every other test of a shared binary.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

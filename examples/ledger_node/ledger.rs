@@ -2,8 +2,9 @@
 //! (little-endian, magic `LDG1`), its own hash function (FNV-1a in four 64-bit lanes, no
 //! sha256) and its own app (account balances). It shares nothing with `flushpoint::demo`.
 //!
-//! Used by the `ledger_node` example and, through `#[path]`, by `tests/second_chain.rs`,
-//! which runs the engine's crash and fsync checks on both chains.
+//! Used by the `ledger_node` example and, through `#[path]` in `tests/support/mod.rs`, by the
+//! tests: `tests/crash/second_chain.rs` runs the engine's crash and fsync checks on both
+//! chains.
 
 #![allow(dead_code)]
 

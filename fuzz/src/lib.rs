@@ -8,7 +8,7 @@
 //! * a framed value read under another key of the same length is rejected.
 //!
 //! `TARGETS` names every target and the one function it calls; `run_target` is what each
-//! `fuzz_targets/<name>.rs` calls. The root package's `tests/fuzz_regressions.rs` includes
+//! `fuzz_targets/<name>.rs` calls. The root package's `tests/regressions/fuzz_corpus.rs` includes
 //! this file (`#[path]`) and replays the stored corpus `tests/fuzz_corpus/<name>/` through the
 //! same `run_target`, so CI checks every stored input without cargo-fuzz or libFuzzer.
 //!

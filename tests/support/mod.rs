@@ -1,14 +1,53 @@
-//! Helpers shared by the foundation's integration tests: a valid chain of blocks, a
-//! deterministic byte generator, and the suites' environment switches.
+//! The integration tests' one support module, shared by every test target: a target's
+//! `main.rs` includes it with `#[path = "../support/mod.rs"] mod support;`, a single-file
+//! target with `mod support;`. Here: the seeded RNG, the seed and the full-run switch read
+//! from the environment; in the submodules, the helpers the suites share.
 //!
-//! Each test crate uses a different subset, hence the `dead_code` allowance.
+//! Invariant: every random choice of a test derives from [`Rng`] seeded through [`seed`]:
+//! a fixed default in the source, never the clock; `FLUSHPOINT_SEED=<n>` replays a run.
+//! Invariant: a seeded test prints its seed ([`seed_printed`], or its own line naming
+//! `FLUSHPOINT_SEED`) before it draws, so a failure's captured output names the seed.
+//! Invariant: helpers here assert nothing about the crate; checks return `Err` for the test
+//! to assert on.
+//!
+//! Each target uses a different subset, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
-use bytes::Bytes;
-use flushpoint::demo::{Block, Commit, Header};
-use flushpoint::{BlockStore, Hash, PartSet, Result};
+/// A valid chain of demo blocks for the stores (`Saved`, `block_at`, `chain`).
+pub mod blocks;
+/// The simulated machine of redb files: power cuts per byte, EIO, lying syncs.
+pub mod disk;
+/// Crash fates on `SimFs` (directory ops, files) and the event oracle across a crash.
+pub mod fates;
+/// `SimFs` with hooks: operations that fail, wait or lie.
+pub mod fs;
+/// The ledger chain of `examples/ledger_node`, a second chain for the seam's checks.
+#[path = "../../examples/ledger_node/ledger.rs"]
+pub mod ledger;
+/// A node run for the crash suites: chain spec, flush policy, `Plan` and its driver.
+pub mod plan;
+/// Prefetch sources that record and gate their reads.
+pub mod prefetch;
+/// The home the rollback suites start from.
+pub mod rollback_home;
 
-/// splitmix64: small, seedable, good enough for test data.
+// The helpers most suites use, at the module's root (a target that uses none of them would
+// warn that the re-export is unused).
+#[allow(unused_imports)]
+pub use blocks::{Saved, block_at, chain, forty_part_txs, light_block, txs};
+#[allow(unused_imports)]
+pub use fates::{check_events, dir_fates, file_fates};
+
+use bytes::Bytes;
+
+/// The environment variable that replays a seed: decimal or `0x` hex.
+pub const SEED_ENV: &str = "FLUSHPOINT_SEED";
+
+/// The seed of the crash suites that share [`plan`] when [`SEED_ENV`] is unset (each other
+/// suite passes a default of its own to [`seed`]).
+pub const SEED_DEFAULT: u64 = 0x005e_edf1;
+
+/// splitmix64: small, seedable, good enough for test data; the tests' one generator.
 #[derive(Debug, Clone)]
 pub struct Rng(pub u64);
 
@@ -34,182 +73,31 @@ impl Rng {
     }
 }
 
-/// One block ready for `save_block`: the block, its complete part set and its seen commit.
-#[derive(Debug, Clone)]
-pub struct Saved {
-    pub block: Block,
-    pub parts: PartSet,
-    pub seen_commit: Commit,
-}
-
-impl Saved {
-    pub fn height(&self) -> u64 {
-        self.block.height()
-    }
-    pub fn hash(&self) -> Hash {
-        self.block.hash()
-    }
-    pub fn save(&self, store: &BlockStore<flushpoint::demo::Block>) -> Result<()> {
-        store.save_block(&self.block, &self.parts, &self.seen_commit)
-    }
-}
-
-fn signatures(height: u64, round: u32) -> Vec<Bytes> {
-    (0..3u8)
-        .map(|v| {
-            let mut s = vec![v; 8];
-            s.extend_from_slice(&height.to_be_bytes());
-            s.extend_from_slice(&round.to_be_bytes());
-            Bytes::from(s)
-        })
-        .collect()
-}
-
-/// The block at `height` following the block with `prev_hash`, carrying `txs`.
-pub fn block_at(height: u64, prev_hash: Hash, txs: Vec<Bytes>) -> Saved {
-    assert!(height >= 1, "test helper: heights start at 1");
-    let header = Header {
-        height,
-        time_ms: 1_700_000_000_000u64.wrapping_add(height.wrapping_mul(1_000)),
-        last_block_hash: prev_hash,
-        data_hash: Block::data_hash_of(&txs),
-        validators_hash: [0x11; 32],
-        consensus_params_hash: [0x22; 32],
-        app_hash: [height as u8; 32],
-        last_results_hash: [0x33; 32],
+/// The seed in [`SEED_ENV`] (decimal or `0x` hex), or `None` when it is unset; a value that
+/// is not a u64 panics rather than silently replaying another seed.
+pub fn seed_override() -> Option<u64> {
+    let v = std::env::var(SEED_ENV).ok()?;
+    let v = v.trim();
+    let parsed = match v.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => v.parse(),
     };
-    let block = Block {
-        header,
-        txs,
-        last_commit: Commit {
-            height: height - 1,
-            round: 0,
-            block_hash: prev_hash,
-            signatures: if height > 1 {
-                signatures(height - 1, 0)
-            } else {
-                Vec::new()
-            },
-        },
-    };
-    let parts = PartSet::from_block(&block);
-    let seen_commit = Commit {
-        height,
-        round: 1,
-        block_hash: block.hash(),
-        signatures: signatures(height, 1),
-    };
-    Saved {
-        block,
-        parts,
-        seen_commit,
-    }
+    Some(parsed.unwrap_or_else(|_| panic!("{SEED_ENV}={v:?} is not a u64")))
 }
 
-/// `n` small transactions of `tx_bytes` each, from `rng`.
-pub fn txs(rng: &mut Rng, n: usize, tx_bytes: usize) -> Vec<Bytes> {
-    (0..n).map(|_| rng.bytes(tx_bytes)).collect()
+/// The seed a run draws from: [`SEED_ENV`] if set, else `default` (fixed in the source).
+pub fn seed(default: u64) -> u64 {
+    seed_override().unwrap_or(default)
 }
 
-/// A chain of `count` blocks starting at `first`, each with `tx_count` txs of `tx_bytes`.
-/// A first height above 1 links to a made-up previous hash.
-pub fn chain(first: u64, count: u64, tx_count: usize, tx_bytes: usize, seed: u64) -> Vec<Saved> {
-    let mut rng = Rng(seed);
-    let mut prev = if first == 1 { [0; 32] } else { [0xab; 32] };
-    let mut out = Vec::new();
-    for h in first..first + count {
-        let s = block_at(h, prev, txs(&mut rng, tx_count, tx_bytes));
-        prev = s.hash();
-        out.push(s);
-    }
-    out
-}
-
-/// A block light enough for one part.
-pub fn light_block(height: u64, prev_hash: Hash, seed: u64) -> Saved {
-    let s = block_at(height, prev_hash, txs(&mut Rng(seed), 8, 200));
-    assert_eq!(s.parts.total(), 1, "test helper: a light block is one part");
+/// [`seed`], printed under `label` with the line that replays it.
+pub fn seed_printed(label: &str, default: u64) -> u64 {
+    let s = seed(default);
+    println!("{label}: seed {s} (replay: {SEED_ENV}={s})");
     s
-}
-
-/// Transactions sized so that the block splits into exactly 40 parts of 64 KiB.
-pub fn forty_part_txs(seed: u64) -> Vec<Bytes> {
-    // 39 txs of 64 KiB plus their 4-byte length prefixes, the header and the commit spill
-    // just past 39 parts.
-    txs(&mut Rng(seed), 39, 64 * 1024)
 }
 
 /// True when `FLUSHPOINT_FULL=1`: the long suites run their whole sweep, not CI's slice.
 pub fn full() -> bool {
     std::env::var("FLUSHPOINT_FULL").is_ok_and(|v| v == "1")
-}
-
-/// The seed in `FLUSHPOINT_SEED`, else `default`; a value that is not a u64 panics rather
-/// than silently replaying another seed.
-pub fn seed(default: u64) -> u64 {
-    match std::env::var("FLUSHPOINT_SEED") {
-        Ok(s) => s
-            .parse()
-            .unwrap_or_else(|_| panic!("FLUSHPOINT_SEED={s:?} is not a u64")),
-        Err(_) => default,
-    }
-}
-
-/// The directory fates tried for a crash with `n` directory ops pending: all dropped, all
-/// kept, every ordered prefix, and every subset up to `subsets_max_ops` pending ops, else
-/// `samples` seeded random subsets.
-pub fn dir_fates(
-    n: usize,
-    seed: u64,
-    subsets_max_ops: usize,
-    samples: usize,
-) -> Vec<flushpoint::DirFate> {
-    use flushpoint::DirFate;
-    let mut v = vec![DirFate::DropAll, DirFate::KeepAll];
-    v.extend((1..n).map(DirFate::Prefix));
-    if n <= subsets_max_ops {
-        v.extend((0..1u64 << n).map(DirFate::Mask));
-    } else {
-        let mut x = seed;
-        v.extend((0..samples).map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            DirFate::Mask(x >> 7)
-        }));
-    }
-    v
-}
-
-/// The file fates tried for a crash: unsynced writes dropped, kept, and landed or torn at
-/// random (1 seed; 5 with `FLUSHPOINT_FULL=1`).
-pub fn file_fates(seed: u64) -> Vec<flushpoint::FileFate> {
-    use flushpoint::FileFate;
-    let seeds = if full() { 5 } else { 1 };
-    let mut v = vec![FileFate::DropAll, FileFate::KeepAll];
-    v.extend((0..seeds).map(|i| FileFate::Random(seed.wrapping_add(i))));
-    v
-}
-
-/// The event oracle across a crash: every event fired before it is for a block the
-/// recovery kept (at or below `recovered`), and no block's event fires twice across the
-/// two runs.
-pub fn check_events(
-    before: &[flushpoint::Event],
-    after: &[flushpoint::Event],
-    recovered: u64,
-) -> std::result::Result<(), String> {
-    if let Some(e) = before.iter().find(|e| e.height > recovered) {
-        return Err(format!(
-            "event for block {} fired, but the crash lost it (recovered at {recovered})",
-            e.height
-        ));
-    }
-    let mut seen = std::collections::HashSet::new();
-    for e in before.iter().chain(after) {
-        if matches!(e.kind, flushpoint::EventKind::NewBlock { .. }) && !seen.insert(e.height) {
-            return Err(format!("block {} fired twice", e.height));
-        }
-    }
-    Ok(())
 }

@@ -1,5 +1,8 @@
 //! Prefetch sources for the prefetch tests: values derived from keys, optionally held at a
 //! gate inside `get_many`, with every batch recorded.
+//!
+//! Invariant: a source's value for a key never changes, so any value a session returns can
+//! be checked against the key alone.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};

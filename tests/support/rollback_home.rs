@@ -1,6 +1,9 @@
-//! The home the rollback suites start from (`rollback_power_cut.rs`,
-//! `rollback_refusals.rs`): the demo chain synced in consensus on a simulated file system.
-#![allow(dead_code)]
+//! The home the rollback suites start from (`tests/crash/rollback_power_cut.rs`,
+//! `tests/home/rollback_refusals.rs`): the demo chain synced in consensus on a simulated
+//! file system.
+//!
+//! Invariant: the same height gives the same home, key for key ([`synced_to`]), so a home
+//! rolled back can be compared with one synced straight to the target.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -18,7 +18,7 @@
 //! exits 1 (2 for usage errors). No command writes to a home it could not lock. A closed
 //! stdout or stderr never panics: the command stops cleanly and exits 141 (see `out`).
 //! Invariant: no module imports from its own layer or one listed after it, nor from this
-//! one (`cli/tests/cli_module_layers.rs` checks every file).
+//! one (`cli/tests/cli/module_layers.rs` checks every file).
 
 mod crash;
 mod dbwrap;

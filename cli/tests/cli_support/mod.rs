@@ -18,6 +18,11 @@ pub fn run(args: &[&str]) -> Output {
         .expect("run flushpoint")
 }
 
+/// True when `FLUSHPOINT_FULL=1`: the long tests run their whole sweep, not CI's slice.
+pub fn full() -> bool {
+    std::env::var("FLUSHPOINT_FULL").is_ok_and(|v| v == "1")
+}
+
 /// Stdout as text.
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
