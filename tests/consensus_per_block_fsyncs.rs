@@ -5,11 +5,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use flushpoint::db::{BackendCounts, CountingDb, SyncCounts};
 use flushpoint::demo::{ChainSpec, KvApp, Profile};
-use flushpoint::{
-    BackendCounts, CountingDb, Db, FlushPolicy, HoldingDb, MemoryDb, Mode, NoEvents, Node, RedbDb,
-    RedbOptions, SyncCounts,
-};
+use flushpoint::{Db, FlushPolicy, HoldingDb, MemoryDb, Mode, NoEvents, Node, RedbDb, RedbOptions};
 
 const BLOCKS: u64 = 20;
 

@@ -25,9 +25,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use flushpoint::demo::{ChainSpec, DemoChain, KvApp, Profile};
+use flushpoint::journal::{Applier, JournalEngine, JournalOptions};
+use flushpoint::testing::SimFs;
 use flushpoint::{
-    Applier, Batch, Db, Durability, Event, EventSink, FlushPolicy, FlushTrigger, HoldingDb, Home,
-    HomeEngine, HomeOptions, JournalEngine, JournalOptions, MemoryDb, Node, ReadView, SimFs,
+    Batch, Db, Durability, Event, EventSink, FlushPolicy, FlushTrigger, HoldingDb, Home,
+    HomeEngine, HomeOptions, MemoryDb, Node, ReadView,
 };
 
 use common::fs::{Hook, HookedFs, SyncGate};
@@ -102,14 +104,14 @@ fn app_of(db: Arc<dyn Db>) -> flushpoint::Result<Box<dyn flushpoint::App<DemoCha
 /// A journal home's options with no background step by time (only a waiter or a sync
 /// moves the applier), so a held sync holds everything after it.
 fn journal_options() -> HomeOptions {
-    let mut o = HomeOptions::with_engine(HomeEngine::Journal);
+    let mut o = HomeOptions::default().with_engine(HomeEngine::Journal);
     o.journal.apply_batch_delay = HOUR;
     o.journal.checkpoint_interval = HOUR;
     o
 }
 
 fn open_home_node(
-    fs: Arc<dyn flushpoint::FileSystem>,
+    fs: Arc<dyn flushpoint::fs::FileSystem>,
     options: HomeOptions,
 ) -> (Node<DemoChain>, Fired) {
     let fired = Fired::default();
@@ -212,7 +214,10 @@ fn a_consensus_block_is_not_durable_nor_fires_before_its_writes_journal() {
 
 #[test]
 fn a_consensus_block_is_not_durable_nor_fires_before_its_writes_redb() {
-    a_consensus_block_cut_at_each_write(HomeOptions::with_engine(HomeEngine::Redb), "redb");
+    a_consensus_block_cut_at_each_write(
+        HomeOptions::default().with_engine(HomeEngine::Redb),
+        "redb",
+    );
 }
 
 #[test]
@@ -222,7 +227,9 @@ fn a_window_in_flight_stays_held_until_its_unit_is_durable_journal() {
 
 #[test]
 fn a_window_in_flight_stays_held_until_its_batches_are_durable_redb() {
-    a_window_in_flight_stays_held_until_durable(HomeOptions::with_engine(HomeEngine::Redb));
+    a_window_in_flight_stays_held_until_durable(
+        HomeOptions::default().with_engine(HomeEngine::Redb),
+    );
 }
 
 /// A background flush point whose first sync is held: the window stays readable, the

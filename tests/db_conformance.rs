@@ -31,10 +31,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use flushpoint::db::collect_range;
+use flushpoint::fs::{FileSystem, StdFs};
+use flushpoint::journal::{
+    Applier, JournalEngine, JournalOptions, KeyspaceOptions, SEPARATE_VALUES_MIN_BYTES,
+};
+use flushpoint::testing::SimFs;
 use flushpoint::{
-    Applier, Batch, Db, DbWrapper, Direction, Durability, FileSystem, JournalEngine,
-    JournalOptions, KeyRange, KeyspaceOptions, MemoryDb, RedbDb, RedbOptions,
-    SEPARATE_VALUES_MIN_BYTES, SimFs, StdFs, collect_range,
+    Batch, Db, DbWrapper, Direction, Durability, KeyRange, MemoryDb, RedbDb, RedbOptions,
 };
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 
@@ -306,7 +310,13 @@ fn expected_range(
 fn show(entries: &[(Bytes, Bytes)]) -> Vec<String> {
     entries
         .iter()
-        .map(|(k, v)| format!("{}={}", flushpoint::hex(k), flushpoint::hex(v)))
+        .map(|(k, v)| {
+            format!(
+                "{}={}",
+                flushpoint::codec::hex(k),
+                flushpoint::codec::hex(v)
+            )
+        })
         .collect()
 }
 
@@ -460,14 +470,24 @@ mod checks {
                 .into_iter()
                 .map(|(k, _)| k)
                 .collect();
-            assert_eq!(got, want, "prefix {} forward", flushpoint::hex(prefix));
+            assert_eq!(
+                got,
+                want,
+                "prefix {} forward",
+                flushpoint::codec::hex(prefix)
+            );
             want.reverse();
             let got: Vec<Bytes> = collect_range(db, KeyRange::prefix(prefix), Direction::Reverse)
                 .unwrap()
                 .into_iter()
                 .map(|(k, _)| k)
                 .collect();
-            assert_eq!(got, want, "prefix {} reverse", flushpoint::hex(prefix));
+            assert_eq!(
+                got,
+                want,
+                "prefix {} reverse",
+                flushpoint::codec::hex(prefix)
+            );
         }
     }
 

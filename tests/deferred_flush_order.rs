@@ -150,7 +150,7 @@ fn flush_point_writes_block_store_then_state_then_app_one_synced_batch_each() {
         assert!(has_key(&recs[2].batch, &keys::singleton(keys::APP_META)));
         assert_eq!(
             r.node.block_store().load_flush_record().unwrap(),
-            Some(flushpoint::FlushRecord { from, to })
+            Some(flushpoint::records::FlushRecord { from, to })
         );
     }
 }

@@ -8,10 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flushpoint::db::{CountingDb, SyncCounts};
 use flushpoint::demo::{Block, ChainSpec, Commit, KvApp, Profile, State, Tx, sha256};
+use flushpoint::node::FLUSH_BYTES_MAX;
 use flushpoint::{
-    CountingDb, Db, FLUSH_BYTES_MAX, FlushPolicy, FlushReport, FlushTrigger, HandshakeCase,
-    HoldingDb, MemoryDb, NoEvents, Node, PartSet, SyncCounts,
+    Db, FlushPolicy, FlushReport, FlushTrigger, HandshakeCase, HoldingDb, MemoryDb, NoEvents, Node,
+    PartSet,
 };
 
 const HOUR: Duration = Duration::from_secs(3600);

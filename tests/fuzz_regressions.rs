@@ -23,13 +23,16 @@ use std::time::Instant;
 
 use arbitrary::{Arbitrary, Unstructured};
 use flushpoint::codec::RecordKind;
+use flushpoint::db::collect_range;
 use flushpoint::demo::{
     Block, BlockResults, ChainSpec, Commit, ConsensusParams, KvApp, Profile, State,
     TypedHistoryEntry, ValidatorSet,
 };
+use flushpoint::records::{
+    BlockMeta, BlockStoreState, FlushRecord, HeightValue, Record, decode, encode,
+};
 use flushpoint::{
-    BlockMeta, BlockStoreState, CorruptReason, Direction, FlushPolicy, FlushRecord, HeightValue,
-    HoldingDb, KeyRange, MemoryDb, NoEvents, Node, Record, collect_range, decode, encode,
+    CorruptReason, Direction, FlushPolicy, HoldingDb, KeyRange, MemoryDb, NoEvents, Node,
 };
 use fuzz_checks::{KEY, TARGETS, run_target};
 

@@ -9,11 +9,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flushpoint::db::{CountingDb, collect_range};
 use flushpoint::demo::{ChainSpec, KvApp, Profile, State};
 use flushpoint::testing::{FailAfter, FailingDb};
 use flushpoint::{
-    CountingDb, Db, Direction, Error, FlushPolicy, HandshakeCase, HandshakeReport, HoldingDb,
-    KeyRange, MemoryDb, NoEvents, Node, RedbDb, RedbOptions, collect_range,
+    Db, Direction, Error, FlushPolicy, HandshakeCase, HandshakeReport, HoldingDb, KeyRange,
+    MemoryDb, NoEvents, Node, RedbDb, RedbOptions,
 };
 
 const NAMES: [&str; 3] = ["block_store", "state", "app"];

@@ -20,10 +20,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use flushpoint::{
-    Applier, Batch, Db, DirFate, Durability, FileFate, JournalEngine, JournalOptions,
-    KeyspaceOptions, RUNS_DIR, SimFs,
-};
+use flushpoint::journal::{Applier, JournalEngine, JournalOptions, KeyspaceOptions, RUNS_DIR};
+use flushpoint::testing::{DirFate, FileFate, SimFs};
+use flushpoint::{Batch, Db, Durability};
 
 use common::fs::{Hook, HookedFs};
 
@@ -74,11 +73,11 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 
 struct Opened {
     engine: JournalEngine,
-    app: Arc<flushpoint::JournalDb>,
-    plain: Arc<flushpoint::JournalDb>,
+    app: Arc<flushpoint::journal::JournalDb>,
+    plain: Arc<flushpoint::journal::JournalDb>,
 }
 
-fn open(fs: Arc<dyn flushpoint::FileSystem>, options: JournalOptions) -> Opened {
+fn open(fs: Arc<dyn flushpoint::fs::FileSystem>, options: JournalOptions) -> Opened {
     let engine = JournalEngine::open(fs, Path::new(DIR), options).expect("open");
     let app = engine
         .keyspace_with(APP, KeyspaceOptions::indexed_by_runs())
@@ -103,7 +102,7 @@ fn write_unit_beside(opened: &Opened) -> std::thread::JoinHandle<flushpoint::Res
 }
 
 /// Waits until every unit written so far is applied (the journal's `UnitGroup` wait).
-fn wait_applied(db: &flushpoint::JournalDb) -> flushpoint::Result<()> {
+fn wait_applied(db: &flushpoint::journal::JournalDb) -> flushpoint::Result<()> {
     db.unit_group()
         .expect("a journal keyspace is a group member")
         .group

@@ -15,10 +15,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flushpoint::{
-    Applier, Batch, Db, DirFate, Durability, Error, ErrorKind, FileFate, FileSystem, JournalEngine,
-    JournalOptions, KeyspaceOptions, OpenMode, SimFs, segment_file_name,
+use flushpoint::fs::{FileSystem, OpenMode};
+use flushpoint::journal::{
+    Applier, JournalEngine, JournalOptions, KeyspaceOptions, segment_file_name,
 };
+use flushpoint::testing::{DirFate, FileFate, SimFs};
+use flushpoint::{Batch, Db, Durability, Error, ErrorKind};
 
 const DIR: &str = "/j";
 
@@ -238,7 +240,7 @@ fn a_deleted_index_beside_a_retired_first_segment_is_refused_naming_it() {
     engine.checkpoint().unwrap();
     drop(engine);
     assert!(fs.read(&seg(0)).is_none(), "the first segment was retired");
-    let index = Path::new(DIR).join(flushpoint::INDEX_FILE);
+    let index = Path::new(DIR).join(flushpoint::journal::INDEX_FILE);
     fs.remove_file(&index).unwrap();
     let listed = fs.list(Path::new(DIR));
     let before = fs.fingerprint();

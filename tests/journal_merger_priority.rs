@@ -9,10 +9,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flushpoint::{
-    Batch, Db, Durability, ErrorKind, JournalEngine, JournalOptions, KeyspaceOptions,
-    MERGER_NICE_INCREMENT, MERGER_NICE_INCREMENT_MAX, StdFs,
+use flushpoint::fs::StdFs;
+use flushpoint::journal::{
+    JournalEngine, JournalOptions, KeyspaceOptions, MERGER_NICE_INCREMENT,
+    MERGER_NICE_INCREMENT_MAX,
 };
+use flushpoint::{Batch, Db, Durability, ErrorKind};
 
 /// The nice value in the `stat` file at `path`: field 19, counted after the command
 /// name's closing parenthesis (a name may hold spaces).

@@ -34,11 +34,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flushpoint::db::collect_range;
 use flushpoint::demo::{ChainSpec, DemoChain, KvApp, Profile, State};
+use flushpoint::journal::{
+    Applier, JournalEngine, JournalOptions, KeyspaceOptions, SEPARATE_VALUES_FROM_BYTES,
+};
+use flushpoint::testing::{DirFate, SimFs, SimOp};
 use flushpoint::{
-    Applier, Db, DirFate, Direction, Event, FlushPolicy, HandshakeCase, HoldingDb, JournalEngine,
-    JournalOptions, KeyRange, KeyspaceOptions, MemoryDb, Node, SEPARATE_VALUES_FROM_BYTES, SimFs,
-    SimOp, collect_range,
+    Db, Direction, Event, FlushPolicy, HandshakeCase, HoldingDb, KeyRange, MemoryDb, Node,
 };
 use support::{check_events, file_fates, full};
 
@@ -431,7 +434,7 @@ fn one_sync_per_flush_point_and_per_consensus_block() {
                 log.iter().filter(|(o, p)| *o == op && file(p)).count() as u64
             };
             let segment = |p: &Path| p.extension().is_some_and(|e| e == "seg");
-            let index = |p: &Path| p.ends_with(flushpoint::INDEX_FILE);
+            let index = |p: &Path| p.ends_with(flushpoint::journal::INDEX_FILE);
             let any = |_: &Path| true;
             [
                 count(SimOp::SyncData, &segment),
@@ -502,7 +505,7 @@ fn one_sync_per_flush_point_and_per_consensus_block() {
 fn an_app_outside_the_group_is_written_after_the_unit() {
     let fs = SimFs::new();
     let engine = open_journal(&fs).unwrap();
-    let app_db = Arc::new(flushpoint::CountingDb::new(MemoryDb::new("app")));
+    let app_db = Arc::new(flushpoint::db::CountingDb::new(MemoryDb::new("app")));
     let app_counts = app_db.counters();
     let app = KvApp::open(Arc::new(HoldingDb::new(app_db.clone() as Arc<dyn Db>))).unwrap();
     let mut node = open_node_with(&engine, app);

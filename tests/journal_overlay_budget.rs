@@ -7,7 +7,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flushpoint::{Applier, Batch, Db, Durability, JournalEngine, JournalOptions, SimFs};
+use flushpoint::journal::{Applier, JournalEngine, JournalOptions};
+use flushpoint::testing::SimFs;
+use flushpoint::{Batch, Db, Durability};
 
 /// Budget in this test. Why: 16 units of the size below; the burst writes 40× that.
 const OVERLAY_BYTES: u64 = 64 * 1024;

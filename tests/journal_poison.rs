@@ -7,9 +7,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flushpoint::{
-    Applier, Batch, Db, Durability, ErrorKind, JournalEngine, JournalOptions, SimFs, SimOp,
-};
+use flushpoint::journal::{Applier, JournalEngine, JournalOptions};
+use flushpoint::testing::{SimFs, SimOp};
+use flushpoint::{Batch, Db, Durability, ErrorKind};
 
 fn batch(k: &str) -> Batch {
     let mut b = Batch::new();

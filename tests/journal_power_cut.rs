@@ -36,10 +36,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use common::fs::{Hook, HookedFs};
-use flushpoint::{
-    Applier, Batch, Db, DirFate, Direction, Durability, FileFate, JournalEngine, JournalOptions,
-    KeyRange, KeyspaceOptions, SimFs, collect_range,
-};
+use flushpoint::db::collect_range;
+use flushpoint::journal::{Applier, JournalEngine, JournalOptions, KeyspaceOptions};
+use flushpoint::testing::{DirFate, FileFate, SimFs};
+use flushpoint::{Batch, Db, Direction, Durability, KeyRange};
 use support::{Rng, full};
 
 const DIR: &str = "/data/journal";
@@ -238,7 +238,7 @@ fn run_with(
 
 /// [`run_with`] on any file system (a hooked `SimFs`).
 fn run_on(
-    fs: Arc<dyn flushpoint::FileSystem>,
+    fs: Arc<dyn flushpoint::fs::FileSystem>,
     steps: &[Step],
     options: JournalOptions,
 ) -> (Outcome, Option<JournalEngine>) {
@@ -422,11 +422,11 @@ fn every_cut_recovers_every_acknowledged_unit_and_no_partial_unit() {
     let is_segment = |p: &Path| p.extension().is_some_and(|e| e == "seg");
     let created = log
         .iter()
-        .filter(|(op, p)| *op == flushpoint::SimOp::Create && is_segment(p))
+        .filter(|(op, p)| *op == flushpoint::testing::SimOp::Create && is_segment(p))
         .count();
     let renamed = log
         .iter()
-        .filter(|(op, p)| *op == flushpoint::SimOp::Rename && is_segment(p))
+        .filter(|(op, p)| *op == flushpoint::testing::SimOp::Rename && is_segment(p))
         .count();
     println!("segments: {created} created empty, {renamed} renamed from the spare");
     assert!(

@@ -22,10 +22,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flushpoint::{
-    Applier, Batch, Db, DirFate, Durability, Error, ErrorKind, FileFate, FileSystem, JournalEngine,
-    JournalOptions, OpenMode, SimFs, segment_file_name,
-};
+use flushpoint::fs::{FileSystem, OpenMode};
+use flushpoint::journal::{Applier, JournalEngine, JournalOptions, segment_file_name};
+use flushpoint::testing::{DirFate, FileFate, SimFs};
+use flushpoint::{Batch, Db, Durability, Error, ErrorKind};
 
 const DIR: &str = "/j";
 
@@ -216,12 +216,15 @@ fn damaged_unit_before_a_later_valid_unit_is_refused_naming_segment_and_offset()
     // redb's own repair of the index (a crash left it unclosed) writes it; nothing else is
     // touched: no segment written, truncated, synced or deleted.
     let log = fs.stats().log;
-    let index = Path::new(DIR).join(flushpoint::INDEX_FILE);
+    let index = Path::new(DIR).join(flushpoint::journal::INDEX_FILE);
     let journal_ops: Vec<_> = log[log.len() - (fs.ops() - ops) as usize..]
         .iter()
         .filter(|(_, path)| *path != index)
         .collect();
-    assert_eq!(journal_ops, Vec::<&(flushpoint::SimOp, PathBuf)>::new());
+    assert_eq!(
+        journal_ops,
+        Vec::<&(flushpoint::testing::SimOp, PathBuf)>::new()
+    );
 }
 
 #[test]

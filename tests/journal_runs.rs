@@ -26,11 +26,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flushpoint::{
-    Applier, Batch, Db, DirFate, Direction, Durability, Error, FileFate, FileSystem, JournalEngine,
-    JournalOptions, KeyRange, KeyspaceIndex, KeyspaceOptions, OpenMode, RUNS_DIR,
-    SEPARATE_VALUES_MIN_BYTES, SimFs, collect_range,
+use flushpoint::db::collect_range;
+use flushpoint::fs::{FileSystem, OpenMode};
+use flushpoint::journal::{
+    Applier, JournalEngine, JournalOptions, KeyspaceIndex, KeyspaceOptions, RUNS_DIR,
+    SEPARATE_VALUES_MIN_BYTES,
 };
+use flushpoint::testing::{DirFate, FileFate, SimFs};
+use flushpoint::{Batch, Db, Direction, Durability, Error, KeyRange};
 
 use common::fs::{Hook, HookedFs};
 
@@ -52,7 +55,7 @@ fn open(fs: &SimFs) -> flushpoint::Result<JournalEngine> {
     JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options())
 }
 
-fn app(engine: &JournalEngine) -> Arc<flushpoint::JournalDb> {
+fn app(engine: &JournalEngine) -> Arc<flushpoint::journal::JournalDb> {
     engine
         .keyspace_with(APP, KeyspaceOptions::indexed_by_runs())
         .expect("runs keyspace")
@@ -432,7 +435,7 @@ fn a_trimmed_segment_already_gone_is_not_an_error() {
     let fs = SimFs::new();
     let faulty = HookedFs::new(
         fs.clone(),
-        Hook::RemoveGone(Path::new(DIR).join(flushpoint::segment_file_name(0))),
+        Hook::RemoveGone(Path::new(DIR).join(flushpoint::journal::segment_file_name(0))),
     );
     let options = JournalOptions {
         segment_bytes: 4096,
@@ -647,7 +650,7 @@ fn open_separating(fs: &SimFs) -> JournalEngine {
 }
 
 /// The app keyspace indexed by runs, its values of [`FROM`] bytes or more in the journal.
-fn app_separating(engine: &JournalEngine) -> Arc<flushpoint::JournalDb> {
+fn app_separating(engine: &JournalEngine) -> Arc<flushpoint::journal::JournalDb> {
     engine
         .keyspace_with(
             APP,
@@ -783,7 +786,10 @@ fn write_small(db: &dyn Db, n: u32, round: u32) {
 
 /// A separating runs keyspace whose keys `0..n` hold large values of round 0, one unit
 /// each, checkpointed.
-fn separating_with_big_values(fs: &SimFs, n: u32) -> (JournalEngine, Arc<flushpoint::JournalDb>) {
+fn separating_with_big_values(
+    fs: &SimFs,
+    n: u32,
+) -> (JournalEngine, Arc<flushpoint::journal::JournalDb>) {
     let engine = open_separating(fs);
     let db = app_separating(&engine);
     write_big_per_unit(&*db, n, 0);
@@ -838,7 +844,7 @@ fn a_segment_is_held_while_a_run_points_into_it_and_deleted_once_merges_drop_its
         on_disk - 1,
         "every segment held for a value is deleted: {c:?}"
     );
-    assert!(!segments_on_disk(&fs).contains(&flushpoint::segment_file_name(0)));
+    assert!(!segments_on_disk(&fs).contains(&flushpoint::journal::segment_file_name(0)));
     assert_eq!(engine.usage().unwrap().keyspaces[APP].values_in_journal, 0);
     drop((db, engine));
     let engine = open_separating(&fs);

@@ -16,11 +16,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flushpoint::{
-    Applier, Batch, Db, Direction, Durability, Error, FileSystem, JournalEngine, JournalOptions,
-    KeyRange, KeyspaceOptions, OpenMode, SEPARATE_VALUES_MIN_BYTES, SimFs, collect_range,
+use flushpoint::db::collect_range;
+use flushpoint::fs::{FileSystem, OpenMode};
+use flushpoint::journal::{
+    Applier, JournalEngine, JournalOptions, KeyspaceOptions, SEPARATE_VALUES_MIN_BYTES,
     segment_file_name,
 };
+use flushpoint::testing::SimFs;
+use flushpoint::{Batch, Db, Direction, Durability, Error, KeyRange};
 
 const DIR: &str = "/journal";
 /// The threshold in these tests.
@@ -88,7 +91,7 @@ fn segments_on_disk(fs: &SimFs) -> Vec<String> {
         .collect()
 }
 
-fn separating(engine: &JournalEngine) -> Arc<flushpoint::JournalDb> {
+fn separating(engine: &JournalEngine) -> Arc<flushpoint::journal::JournalDb> {
     engine
         .keyspace_with("blocks", KeyspaceOptions::separating_values_from(FROM))
         .expect("keyspace")

@@ -47,10 +47,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use flushpoint::demo::{ChainSpec, KvApp, Profile};
-use flushpoint::{
-    App, BlockStore, Db, Event, EventKind, FlushPolicy, FlushReport, HoldingDb, MemoryDb, Node,
-    StateStore,
-};
+use flushpoint::store::{BlockStore, StateStore};
+use flushpoint::{App, Db, Event, EventKind, FlushPolicy, FlushReport, HoldingDb, MemoryDb, Node};
 use loom::sync::Arc as LoomArc;
 use loom::sync::Mutex;
 use loom::thread;

@@ -98,10 +98,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use flushpoint::{
-    Applier, Batch, Db, Durability, JournalDb, JournalEngine, JournalOptions, KeyspaceIndex,
-    KeyspaceOptions, SimFs, segment_file_name,
+use flushpoint::journal::{
+    Applier, JournalDb, JournalEngine, JournalOptions, KeyspaceIndex, KeyspaceOptions,
+    segment_file_name,
 };
+use flushpoint::testing::SimFs;
+use flushpoint::{Batch, Db, Durability};
 
 const DIR: &str = "/journal";
 /// The keyspace's threshold: `v1` and `v2` are kept in the journal, the index points.
@@ -141,8 +143,8 @@ fn options(prepare_segments: bool, applier: Applier) -> JournalOptions {
         applier,
         prepare_segments,
         // Every unit here is small and synced: each takes a prepared segment (the spare).
-        prepared_units_below_bytes: flushpoint::PREPARED_UNITS_BELOW_BYTES,
-        run_block_bytes: flushpoint::RUN_BLOCK_BYTES,
+        prepared_units_below_bytes: flushpoint::journal::PREPARED_UNITS_BELOW_BYTES,
+        run_block_bytes: flushpoint::journal::RUN_BLOCK_BYTES,
         // Applied once durable (the model with `while_syncing` sets 0).
         apply_while_syncing_bytes_min: u64::MAX,
         // The model's threads share one OS thread: a merger's nice would lower it for the
@@ -386,8 +388,8 @@ fn merge_options(applier: Applier) -> JournalOptions {
         index_cache_bytes: 64 * 1024,
         applier,
         prepare_segments: false,
-        prepared_units_below_bytes: flushpoint::PREPARED_UNITS_BELOW_BYTES,
-        run_block_bytes: flushpoint::RUN_BLOCK_BYTES,
+        prepared_units_below_bytes: flushpoint::journal::PREPARED_UNITS_BELOW_BYTES,
+        run_block_bytes: flushpoint::journal::RUN_BLOCK_BYTES,
         apply_while_syncing_bytes_min: u64::MAX,
         // The model's threads share one OS thread: a merger's nice would lower it for the
         // rest of the run.
@@ -469,8 +471,8 @@ fn runs_options(applier: Applier) -> JournalOptions {
         index_cache_bytes: 64 * 1024,
         applier,
         prepare_segments: false,
-        prepared_units_below_bytes: flushpoint::PREPARED_UNITS_BELOW_BYTES,
-        run_block_bytes: flushpoint::RUN_BLOCK_BYTES,
+        prepared_units_below_bytes: flushpoint::journal::PREPARED_UNITS_BELOW_BYTES,
+        run_block_bytes: flushpoint::journal::RUN_BLOCK_BYTES,
         apply_while_syncing_bytes_min: u64::MAX,
         // The model's threads share one OS thread: a merger's nice would lower it for the
         // rest of the run.

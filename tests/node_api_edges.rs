@@ -5,10 +5,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use flushpoint::db::{CountingDb, SyncCounts};
 use flushpoint::demo::{ChainSpec, KvApp, Profile};
 use flushpoint::{
-    CountingDb, Db, Error, Event, FlushPolicy, FlushTrigger, HandshakeCase, HoldingDb, MemoryDb,
-    Mode, NoEvents, Node, SyncCounts,
+    Db, Error, Event, FlushPolicy, FlushTrigger, HandshakeCase, HoldingDb, MemoryDb, Mode,
+    NoEvents, Node,
 };
 
 struct Rig {

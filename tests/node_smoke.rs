@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use flushpoint::db::CountingDb;
 use flushpoint::demo::{ChainSpec, KvApp, Profile};
-use flushpoint::{CountingDb, Db, FlushPolicy, HandshakeCase, HoldingDb, MemoryDb, NoEvents, Node};
+use flushpoint::{Db, FlushPolicy, HandshakeCase, HoldingDb, MemoryDb, NoEvents, Node};
 
 #[test]
 fn block_sync_then_consensus_then_restart_is_consistent() {

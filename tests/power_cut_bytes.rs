@@ -47,9 +47,8 @@ use std::time::Instant;
 use common::disk::{Fate, Lie, Sim};
 use common::{Plan, drive_observed, open_node};
 use flushpoint::demo::{KvApp, State};
-use flushpoint::{
-    App, AppInfo, BlockStore, Event, HandshakeReport, HoldingDb, Node, RedbOptions, StateStore,
-};
+use flushpoint::store::{BlockStore, StateStore};
+use flushpoint::{App, AppInfo, Event, HandshakeReport, HoldingDb, Node, RedbOptions};
 use support::full;
 
 /// A small page cache, so that redb also writes pages in the middle of a transaction.

@@ -13,11 +13,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use flushpoint::db::collect_range;
 use flushpoint::demo::{ChainSpec, KvApp, Profile, Tx, account_key};
-use flushpoint::{
-    Db, Direction, FlushPolicy, HoldingDb, KeyRange, MemoryDb, NoEvents, Node, PrefetchPool,
-    collect_range,
-};
+use flushpoint::prefetch::PrefetchPool;
+use flushpoint::{Db, Direction, FlushPolicy, HoldingDb, KeyRange, MemoryDb, NoEvents, Node};
 
 /// What a run ends with: the tip hash, the app hash and every key of the databases.
 type Outcome = ([u8; 32], [u8; 32], [BTreeMap<Bytes, Bytes>; 3]);

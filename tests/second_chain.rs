@@ -28,11 +28,12 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use flushpoint::db::{CountingDb, collect_range};
 use flushpoint::demo::{ChainSpec, DemoChain, KvApp, Profile};
 use flushpoint::testing::{FailAfter, FailingDb, RecordingDb, WriteLog, WriteRecord};
 use flushpoint::{
-    App, Chain, ChainBlock, ChainState, CountingDb, Db, Direction, Durability, FlushTrigger,
-    HandshakeCase, HoldingDb, KeyRange, MemoryDb, NoEvents, Node, PartSet, collect_range,
+    App, Chain, ChainBlock, ChainState, Db, Direction, Durability, FlushTrigger, HandshakeCase,
+    HoldingDb, KeyRange, MemoryDb, NoEvents, Node, PartSet,
 };
 use ledger::{Ledger, LedgerApp};
 
@@ -301,11 +302,11 @@ fn check_recovery(
         return Err(format!(
             "{what}: resumed tip ({}, {}, {}) differs from the uncut run's ({}, {}, {})",
             got.height,
-            flushpoint::hex(&got.block_hash),
-            flushpoint::hex(&got.app_hash),
+            flushpoint::codec::hex(&got.block_hash),
+            flushpoint::codec::hex(&got.app_hash),
             want.height,
-            flushpoint::hex(&want.block_hash),
-            flushpoint::hex(&want.app_hash)
+            flushpoint::codec::hex(&want.block_hash),
+            flushpoint::codec::hex(&want.app_hash)
         ));
     }
     for (i, name) in ["block store", "state", "app"].iter().enumerate() {

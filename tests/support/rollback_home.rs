@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use flushpoint::db::collect_range;
 use flushpoint::demo::{ChainSpec, KvApp, Profile};
-use flushpoint::{
-    Db, Direction, HoldingDb, Home, KeyRange, NoEvents, Node, RedbOptions, SimFs, collect_range,
-};
+use flushpoint::testing::SimFs;
+use flushpoint::{Db, Direction, HoldingDb, Home, KeyRange, NoEvents, Node, RedbOptions};
 
 /// Where the home lies on the simulated file system.
 pub const HOME: &str = "/data/node/home";

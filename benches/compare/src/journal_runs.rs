@@ -15,10 +15,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flushpoint::demo::{Block, ChainSpec, Commit, KvApp};
-use flushpoint::{
-    BlockStore, Db, FlushPolicy, HoldingDb, JournalEngine, JournalOptions, KeyspaceOptions,
-    MemoryDb, Mode, NoEvents, Node, PartSet, SEPARATE_VALUES_FROM_BYTES, StateStore, StdFs,
+use flushpoint::fs::StdFs;
+use flushpoint::journal::{
+    JournalEngine, JournalOptions, KeyspaceOptions, SEPARATE_VALUES_FROM_BYTES,
 };
+use flushpoint::store::{BlockStore, StateStore};
+use flushpoint::{Db, FlushPolicy, HoldingDb, MemoryDb, Mode, NoEvents, Node, PartSet};
 
 use crate::check::{Outcome, check};
 use crate::flushpoint_runs::{CHAIN_SEED, FpMode, FpRunOut};
@@ -54,7 +56,10 @@ fn open(dir: &Path) -> Result<JournalEngine, String> {
             apply_batch_delay: std::env::var("FPJ_APPLY_DELAY_MS")
                 .ok()
                 .and_then(|v| v.parse().ok())
-                .map_or(flushpoint::APPLY_BATCH_DELAY, Duration::from_millis),
+                .map_or(
+                    flushpoint::journal::APPLY_BATCH_DELAY,
+                    Duration::from_millis,
+                ),
             index_cache_bytes: mib_from_env("FPJ_INDEX_CACHE_MIB")
                 .unwrap_or(defaults.index_cache_bytes as u64)
                 as usize,
@@ -120,7 +125,7 @@ fn durable_heights(engine: &JournalEngine) -> Result<[u64; 3], String> {
         .map_err(fp_err("block store"))?;
     let st = StateStore::<flushpoint::demo::DemoChain>::open(ks(KEYSPACES[1])?);
     let app = KvApp::open(Arc::new(HoldingDb::new(ks(KEYSPACES[2])?))).map_err(fp_err("app"))?;
-    let (_, o) = flushpoint::observe(&bs, &st, &app).map_err(fp_err("observe"))?;
+    let (_, o) = flushpoint::node::observe(&bs, &st, &app).map_err(fp_err("observe"))?;
     Ok([o.block_store_height, o.state_height, o.app_height])
 }
 

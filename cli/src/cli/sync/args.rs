@@ -136,10 +136,10 @@ pub enum AppIndexArg {
 }
 
 impl AppIndexArg {
-    fn index(self) -> flushpoint::KeyspaceIndex {
+    fn index(self) -> flushpoint::journal::KeyspaceIndex {
         match self {
-            AppIndexArg::Tree => flushpoint::KeyspaceIndex::Tree,
-            AppIndexArg::Runs => flushpoint::KeyspaceIndex::Runs,
+            AppIndexArg::Tree => flushpoint::journal::KeyspaceIndex::Tree,
+            AppIndexArg::Runs => flushpoint::journal::KeyspaceIndex::Runs,
         }
     }
 }

@@ -24,9 +24,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flushpoint::demo::{Block, ChainSpec, Commit, DemoChain, KvApp};
+use flushpoint::prefetch::{PREFETCH_WORKERS_DEFAULT, PrefetchPool};
 use flushpoint::{
     Db, FlushPolicy, FlushReport, HandshakeReport, HoldingDb, Home, HomeOptions, Mode, NoEvents,
-    Node, PREFETCH_WORKERS_DEFAULT, PartSet, PrefetchPool,
+    Node, PartSet,
 };
 
 use self::args::{ModeArg, PrefetchArg, home_options};
