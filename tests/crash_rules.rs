@@ -145,12 +145,11 @@ fn a_halt_heights_flush_point_is_durable_when_sync_block_returns_also_in_the_bac
         Box::new(fired.clone()),
     )
     .unwrap();
-    let policy = FlushPolicy {
-        interval: HOUR,
-        held_bytes_max: u64::MAX,
-        window_blocks_max: Some(2),
-        background: true,
-    };
+    let policy = FlushPolicy::default()
+        .with_interval(HOUR)
+        .with_held_bytes_max(u64::MAX)
+        .with_window_blocks_max(Some(2))
+        .with_background(true);
     node.start_block_sync(policy, Instant::now()).unwrap();
     let mut last = None;
     while node.height() < halt {
@@ -240,12 +239,11 @@ fn a_window_in_flight_stays_held_until_durable(options: HomeOptions) {
     hooked.gate.open();
     let (mut node, fired) = open_home_node(Arc::new(hooked.clone()), options);
     let _open = OpenOnDrop(hooked.gate.clone());
-    let policy = FlushPolicy {
-        interval: HOUR,
-        held_bytes_max: u64::MAX,
-        window_blocks_max: Some(3),
-        background: true,
-    };
+    let policy = FlushPolicy::default()
+        .with_interval(HOUR)
+        .with_held_bytes_max(u64::MAX)
+        .with_window_blocks_max(Some(3))
+        .with_background(true);
     node.start_block_sync(policy, Instant::now()).unwrap();
     for _ in 0..2 {
         let (b, p, c) = spec().next_block(node.state());
@@ -314,14 +312,12 @@ fn a_small_synced_unit_is_readable_only_once_its_sync_returns() {
     let fs = SimFs::new();
     let hooked = HookedFs::new(fs.clone(), Hook::HoldSyncsUnder(PathBuf::from(JDIR)));
     hooked.gate.open();
-    let options = JournalOptions {
-        applier: Applier::Background,
-        apply_batch_delay: HOUR,
-        checkpoint_interval: HOUR,
-        checkpoint_bytes: 1 << 30,
-        prepare_segments: false,
-        ..JournalOptions::default()
-    };
+    let options = JournalOptions::default()
+        .with_applier(Applier::Background)
+        .with_apply_batch_delay(HOUR)
+        .with_checkpoint_interval(HOUR)
+        .with_checkpoint_bytes(1 << 30)
+        .with_prepare_segments(false);
     let engine = JournalEngine::open(Arc::new(hooked.clone()), Path::new(JDIR), options).unwrap();
     let a = engine.keyspace("a").unwrap();
     let b = engine.keyspace("b").unwrap();

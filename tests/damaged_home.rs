@@ -102,11 +102,9 @@ fn build(path: &Path, engine: HomeEngine) {
         let (b, p, c) = spec().next_block(node.state());
         node.commit_block(&b, &p, &c).unwrap();
     }
-    let policy = FlushPolicy {
-        window_blocks_max: Some(4),
-        interval: Duration::from_secs(3600),
-        ..FlushPolicy::default()
-    };
+    let policy = FlushPolicy::default()
+        .with_window_blocks_max(Some(4))
+        .with_interval(Duration::from_secs(3600));
     node.start_block_sync(policy, Instant::now()).unwrap();
     while node.height() < HEIGHT {
         let (b, p, c) = spec().next_block(node.state());

@@ -60,12 +60,11 @@ fn rig(spec: &ChainSpec, budgets: [FailAfter; 3]) -> Rig {
 }
 
 fn policy() -> FlushPolicy {
-    FlushPolicy {
-        interval: Duration::from_secs(3600),
-        held_bytes_max: u64::MAX,
-        window_blocks_max: Some(WINDOW),
-        background: false,
-    }
+    FlushPolicy::default()
+        .with_interval(Duration::from_secs(3600))
+        .with_held_bytes_max(u64::MAX)
+        .with_window_blocks_max(Some(WINDOW))
+        .with_background(false)
 }
 
 fn never() -> [FailAfter; 3] {

@@ -36,9 +36,7 @@ use flushpoint::{AppInfo, Db, Event, Mode, RedbDb, RedbOptions};
 use support::full;
 
 fn options() -> RedbOptions {
-    RedbOptions {
-        cache_bytes: 64 * 1024,
-    }
+    RedbOptions::default().with_cache_bytes(64 * 1024)
 }
 
 type Final = (State, AppInfo);

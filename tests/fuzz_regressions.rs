@@ -220,10 +220,7 @@ fn real_chain() -> (Entries, Vec<Block>) {
         Box::new(NoEvents),
     )
     .expect("open node");
-    let policy = FlushPolicy {
-        window_blocks_max: Some(4),
-        ..FlushPolicy::default()
-    };
+    let policy = FlushPolicy::default().with_window_blocks_max(Some(4));
     let now = Instant::now();
     node.start_block_sync(policy, now).expect("block sync");
     let mut blocks = Vec::new();

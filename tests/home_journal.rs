@@ -46,11 +46,9 @@ fn sync(home: Home, consensus_to: u64, to: u64) -> State {
         let (b, p, c) = spec().next_block(node.state());
         node.commit_block(&b, &p, &c).unwrap();
     }
-    let policy = FlushPolicy {
-        window_blocks_max: Some(4),
-        interval: Duration::from_secs(3600),
-        ..FlushPolicy::default()
-    };
+    let policy = FlushPolicy::default()
+        .with_window_blocks_max(Some(4))
+        .with_interval(Duration::from_secs(3600));
     node.start_block_sync(policy, Instant::now()).unwrap();
     while node.height() < to {
         let (b, p, c) = spec().next_block(node.state());
@@ -349,15 +347,9 @@ fn a_journal_home_with_app_runs_records_them_matches_the_tree_and_refuses_the_ot
     let dir = tempfile::tempdir().unwrap();
     let runs = dir.path().join("runs");
     let tree_home = dir.path().join("tree");
-    let with_runs = HomeOptions {
-        app_index: Some(flushpoint::journal::KeyspaceIndex::Runs),
-        ..journal()
-    };
+    let with_runs = journal().with_app_index(Some(flushpoint::journal::KeyspaceIndex::Runs));
     let on_runs = sync(Home::open_with(&runs, with_runs.clone()).unwrap(), 3, 30);
-    let as_tree = HomeOptions {
-        app_index: Some(flushpoint::journal::KeyspaceIndex::Tree),
-        ..journal()
-    };
+    let as_tree = journal().with_app_index(Some(flushpoint::journal::KeyspaceIndex::Tree));
     let on_tree = sync(Home::open_with(&tree_home, as_tree.clone()).unwrap(), 3, 30);
     assert_eq!(on_runs, on_tree, "runs and the tree disagree on the chain");
     assert_eq!(
@@ -396,10 +388,9 @@ fn a_journal_home_with_app_runs_records_them_matches_the_tree_and_refuses_the_ot
     ));
     // Runs on a redb home: refused before its FORMAT exists.
     let redb_home = dir.path().join("redb");
-    let redb_runs = HomeOptions {
-        app_index: Some(flushpoint::journal::KeyspaceIndex::Runs),
-        ..HomeOptions::default().with_engine(HomeEngine::Redb)
-    };
+    let redb_runs = HomeOptions::default()
+        .with_engine(HomeEngine::Redb)
+        .with_app_index(Some(flushpoint::journal::KeyspaceIndex::Runs));
     assert!(matches!(
         Home::open_with(&redb_home, redb_runs),
         Err(Error::InvalidInput(_))
@@ -421,13 +412,10 @@ fn a_journal_homes_files_forward_a_failed_writeback_start() {
         .join(flushpoint::home::JOURNAL_DIR)
         .join(flushpoint::journal::RUNS_DIR);
     let hooked = HookedFs::new(fs.clone(), Hook::FailWritebackUnder(runs));
-    let options = HomeOptions {
-        journal: flushpoint::journal::JournalOptions {
-            applier: flushpoint::journal::Applier::Inline,
-            ..flushpoint::journal::JournalOptions::default()
-        },
-        ..journal()
-    };
+    let options = journal().with_journal(
+        flushpoint::journal::JournalOptions::default()
+            .with_applier(flushpoint::journal::Applier::Inline),
+    );
     let home = Home::open_on(Arc::new(hooked), path, options).unwrap();
     let mut b = flushpoint::Batch::new();
     b.put(&b"k"[..], &b"v"[..]);

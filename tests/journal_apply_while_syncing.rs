@@ -38,17 +38,15 @@ const NOT_WITHIN: Duration = Duration::from_millis(300);
 const KEYS: u32 = 50;
 
 fn options(apply_while_syncing_bytes_min: u64) -> JournalOptions {
-    JournalOptions {
-        applier: Applier::Background,
+    JournalOptions::default()
+        .with_applier(Applier::Background)
         // No step by the batching clock or by time: only a waiter, or a placed unit.
-        apply_batch_delay: Duration::from_secs(3600),
-        checkpoint_interval: Duration::from_secs(3600),
-        checkpoint_bytes: 1 << 30,
+        .with_apply_batch_delay(Duration::from_secs(3600))
+        .with_checkpoint_interval(Duration::from_secs(3600))
+        .with_checkpoint_bytes(1 << 30)
         // Every segment file is a plain one (no spare the applier syncs itself).
-        prepare_segments: false,
-        apply_while_syncing_bytes_min,
-        ..JournalOptions::default()
-    }
+        .with_prepare_segments(false)
+        .with_apply_while_syncing_bytes_min(apply_while_syncing_bytes_min)
 }
 
 fn value(i: u32) -> Bytes {

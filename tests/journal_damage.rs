@@ -25,14 +25,12 @@ use flushpoint::{Batch, Db, Durability, Error, ErrorKind};
 const DIR: &str = "/j";
 
 fn options(segment_bytes: u64) -> JournalOptions {
-    JournalOptions {
-        segment_bytes,
+    JournalOptions::default()
+        .with_segment_bytes(segment_bytes)
         // Checkpoints only when the test takes one.
-        checkpoint_bytes: u64::MAX / 2,
-        applier: Applier::Inline,
-        prepare_segments: false,
-        ..JournalOptions::default()
-    }
+        .with_checkpoint_bytes(u64::MAX / 2)
+        .with_applier(Applier::Inline)
+        .with_prepare_segments(false)
 }
 
 fn open(fs: &SimFs, segment_bytes: u64) -> flushpoint::Result<JournalEngine> {

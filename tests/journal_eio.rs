@@ -76,16 +76,14 @@ const BURST_UNITS: u32 = 3;
 const FAILURES_PRINTED: usize = 20;
 
 fn options(applier: Applier) -> JournalOptions {
-    JournalOptions {
-        segment_bytes: SEGMENT_BYTES,
-        checkpoint_bytes: CHECKPOINT_BYTES,
-        overlay_bytes_max: OVERLAY_BYTES,
-        applier,
+    JournalOptions::default()
+        .with_segment_bytes(SEGMENT_BYTES)
+        .with_checkpoint_bytes(CHECKPOINT_BYTES)
+        .with_overlay_bytes_max(OVERLAY_BYTES)
+        .with_applier(applier)
         // No batching delay: the background applier runs as soon as a unit is durable, so
         // its applies, checkpoints and trims land between the plan's writes.
-        apply_batch_delay: Duration::ZERO,
-        ..JournalOptions::default()
-    }
+        .with_apply_batch_delay(Duration::ZERO)
 }
 
 type Ops = Vec<(Bytes, Option<Bytes>)>;
@@ -816,16 +814,14 @@ fn every_eio_with_the_background_applier_poisons_and_loses_no_acknowledged_unit(
 /// and the number of units in it.
 fn image_to_recover() -> (SimFs, Image) {
     let fs = SimFs::new();
-    let opts = JournalOptions {
+    let opts = options(Applier::Inline)
         // No checkpoint during the writes: every unit is replayed; one segment, whose tail
         // is torn below.
-        checkpoint_bytes: u64::MAX / 2,
-        segment_bytes: 1 << 20,
+        .with_checkpoint_bytes(u64::MAX / 2)
+        .with_segment_bytes(1 << 20)
         // Unprepared: the segment is as long as its units, so cutting its length tears
         // the last one (a prepared segment would lose zeros only).
-        prepare_segments: false,
-        ..options(Applier::Inline)
-    };
+        .with_prepare_segments(false);
     let engine = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), opts).unwrap();
     let mut want = Image::new();
     for i in 0..6u32 {

@@ -74,24 +74,20 @@ fn spec() -> ChainSpec {
 }
 
 fn options() -> JournalOptions {
-    JournalOptions {
+    JournalOptions::default()
         // Inline: one fixed sequence of file operations per run, so cut `k` is one op.
-        applier: Applier::Inline,
-        index_cache_bytes: 64 * 1024,
+        .with_applier(Applier::Inline)
+        .with_index_cache_bytes(64 * 1024)
         // Small prepared segments: the run rolls (a spare prepared and renamed in) a few
         // times, and the simulated disk stays small.
-        segment_bytes: SEGMENT_BYTES,
-        ..JournalOptions::default()
-    }
+        .with_segment_bytes(SEGMENT_BYTES)
 }
 
 fn policy(background: bool) -> FlushPolicy {
-    FlushPolicy {
-        window_blocks_max: Some(WINDOW),
-        interval: Duration::from_secs(3600),
-        background,
-        ..FlushPolicy::default()
-    }
+    FlushPolicy::default()
+        .with_window_blocks_max(Some(WINDOW))
+        .with_interval(Duration::from_secs(3600))
+        .with_background(background)
 }
 
 /// What one run did before it finished or the power went.
@@ -544,13 +540,11 @@ fn an_app_outside_the_group_is_written_after_the_unit() {
 fn a_background_window_is_applied_before_the_next_one_freezes() {
     const WINDOWS: u64 = 8;
     let fs = SimFs::new();
-    let options = JournalOptions {
-        applier: Applier::Background,
-        apply_batch_delay: Duration::from_secs(3600),
-        checkpoint_interval: Duration::from_secs(3600),
-        overlay_bytes_max: u64::MAX / 4,
-        ..options()
-    };
+    let options = options()
+        .with_applier(Applier::Background)
+        .with_apply_batch_delay(Duration::from_secs(3600))
+        .with_checkpoint_interval(Duration::from_secs(3600))
+        .with_overlay_bytes_max(u64::MAX / 4);
     let engine = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options).unwrap();
     let mut node = open_node(&engine);
     node.start_block_sync(policy(true), Instant::now()).unwrap();

@@ -69,14 +69,12 @@ const SLOW_SYNC_MS: u64 = 1;
 const BURST_UNITS: u32 = 3;
 
 fn options() -> JournalOptions {
-    JournalOptions {
-        segment_bytes: SEGMENT_BYTES,
-        checkpoint_bytes: CHECKPOINT_BYTES,
-        overlay_bytes_max: OVERLAY_BYTES,
-        applier: Applier::Inline,
-        run_block_bytes: RUN_BLOCK_BYTES,
-        ..JournalOptions::default()
-    }
+    JournalOptions::default()
+        .with_segment_bytes(SEGMENT_BYTES)
+        .with_checkpoint_bytes(CHECKPOINT_BYTES)
+        .with_overlay_bytes_max(OVERLAY_BYTES)
+        .with_applier(Applier::Inline)
+        .with_run_block_bytes(RUN_BLOCK_BYTES)
 }
 
 type Ops = Vec<(Bytes, Option<Bytes>)>;
@@ -584,11 +582,11 @@ fn background_cuts(while_syncing: bool) {
     let states = model_states(&steps);
     // No batching delay: the applier runs as soon as a unit is durable, so its applies,
     // checkpoints and trims land between the plan's writes.
-    let background = || JournalOptions {
-        applier: Applier::Background,
-        apply_batch_delay: std::time::Duration::ZERO,
-        apply_while_syncing_bytes_min: if while_syncing { 0 } else { u64::MAX },
-        ..options()
+    let background = || {
+        options()
+            .with_applier(Applier::Background)
+            .with_apply_batch_delay(std::time::Duration::ZERO)
+            .with_apply_while_syncing_bytes_min(if while_syncing { 0 } else { u64::MAX })
     };
     // Applied while syncing, the syncs take a millisecond: on a `SimFs` a sync is
     // instantaneous, and the applier would almost never find a unit still being synced.

@@ -24,10 +24,7 @@ fn peak_rss_bytes() -> u64 {
 }
 
 fn options() -> JournalOptions {
-    JournalOptions {
-        prepare_segments: false,
-        ..JournalOptions::default()
-    }
+    JournalOptions::default().with_prepare_segments(false)
 }
 
 fn open(dir: &Path) -> flushpoint::Result<JournalEngine> {

@@ -43,12 +43,10 @@ const APP: &str = "app";
 const RUN_BLOCK_BYTES: usize = 64;
 
 fn options() -> JournalOptions {
-    JournalOptions {
-        applier: Applier::Inline,
-        checkpoint_bytes: 1 << 30,
-        run_block_bytes: RUN_BLOCK_BYTES,
-        ..JournalOptions::default()
-    }
+    JournalOptions::default()
+        .with_applier(Applier::Inline)
+        .with_checkpoint_bytes(1 << 30)
+        .with_run_block_bytes(RUN_BLOCK_BYTES)
 }
 
 fn open(fs: &SimFs) -> flushpoint::Result<JournalEngine> {
@@ -251,15 +249,13 @@ fn a_checkpoint_with_nothing_new_since_the_last_commits_and_syncs_nothing() {
 #[test]
 fn merges_beside_the_background_applier_lose_and_revive_nothing() {
     let fs = SimFs::new();
-    let options = JournalOptions {
-        applier: Applier::Background,
-        apply_batch_delay: std::time::Duration::ZERO,
+    let options = options()
+        .with_applier(Applier::Background)
+        .with_apply_batch_delay(std::time::Duration::ZERO)
         // Room for about two rounds' units: writers wait for the applier, so its steps are
         // small and many, each a run, and merges come often.
-        overlay_bytes_max: 4 * 1024,
-        checkpoint_bytes: 64 * 1024,
-        ..options()
-    };
+        .with_overlay_bytes_max(4 * 1024)
+        .with_checkpoint_bytes(64 * 1024);
     let open_bg = || JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options.clone());
     let engine = open_bg().expect("open");
     let db = app(&engine);
@@ -437,11 +433,9 @@ fn a_trimmed_segment_already_gone_is_not_an_error() {
         fs.clone(),
         Hook::RemoveGone(Path::new(DIR).join(flushpoint::journal::segment_file_name(0))),
     );
-    let options = JournalOptions {
-        segment_bytes: 4096,
-        prepare_segments: false,
-        ..options()
-    };
+    let options = options()
+        .with_segment_bytes(4096)
+        .with_prepare_segments(false);
     let engine = JournalEngine::open(Arc::new(faulty), Path::new(DIR), options).expect("open");
     let db = engine.keyspace("plain").expect("keyspace");
     // ~1.4 KB units in 4 KiB segments: segment 0 full, segment 1 active.
@@ -594,13 +588,11 @@ fn a_keyspace_written_by_a_unit_not_yet_applied_keeps_its_options() {
     let engine = JournalEngine::open(
         Arc::new(fs.clone()),
         Path::new(DIR),
-        JournalOptions {
-            applier: Applier::Background,
+        options()
+            .with_applier(Applier::Background)
             // Nothing is due to be applied during the test: the unit waits in the queue.
-            apply_batch_delay: std::time::Duration::from_secs(3600),
-            checkpoint_interval: std::time::Duration::from_secs(3600),
-            ..options()
-        },
+            .with_apply_batch_delay(std::time::Duration::from_secs(3600))
+            .with_checkpoint_interval(std::time::Duration::from_secs(3600)),
     )
     .expect("open");
     let state = engine.keyspace("state").unwrap();
@@ -639,10 +631,7 @@ const BIG_BYTES: usize = 2000;
 
 /// Small segments, so that a few large values fill one and the journal rolls.
 fn separating_options() -> JournalOptions {
-    JournalOptions {
-        segment_bytes: 8 * 1024,
-        ..options()
-    }
+    options().with_segment_bytes(8 * 1024)
 }
 
 fn open_separating(fs: &SimFs) -> JournalEngine {

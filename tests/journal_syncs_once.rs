@@ -65,10 +65,7 @@ fn batch(key: &str) -> Batch {
 fn one_synced_unit_is_one_sync_data_on_its_segment() {
     for applier in [Applier::Inline, Applier::Background] {
         let fs = SimFs::new();
-        let options = JournalOptions {
-            applier,
-            ..JournalOptions::default()
-        };
+        let options = JournalOptions::default().with_applier(applier);
         let engine = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options).unwrap();
         let blocks = engine.keyspace("blocks").unwrap();
         let segment = Path::new(DIR).join(segment_file_name(0));
@@ -165,14 +162,12 @@ fn one_synced_unit_is_one_sync_data_on_its_segment() {
 fn a_large_unit_creates_its_segment_and_a_run_of_small_synced_ones_rolls_into_the_spare() {
     for applier in [Applier::Inline, Applier::Background] {
         let fs = SimFs::new();
-        let options = JournalOptions {
-            applier,
-            segment_bytes: 64 * 1024,
-            prepared_units_below_bytes: 8 * 1024,
-            apply_batch_delay: Duration::from_secs(3600),
-            checkpoint_interval: Duration::from_secs(3600),
-            ..JournalOptions::default()
-        };
+        let options = JournalOptions::default()
+            .with_applier(applier)
+            .with_segment_bytes(64 * 1024)
+            .with_prepared_units_below_bytes(8 * 1024)
+            .with_apply_batch_delay(Duration::from_secs(3600))
+            .with_checkpoint_interval(Duration::from_secs(3600));
         let open =
             || JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options.clone()).unwrap();
         let engine = open();
@@ -368,11 +363,9 @@ fn a_unit_of_exactly_the_bound_is_not_prepared() {
     };
     for (bound, prepared) in [(unit_len, false), (unit_len + 1, true)] {
         let fs = SimFs::new();
-        let options = JournalOptions {
-            applier: Applier::Inline,
-            prepared_units_below_bytes: bound,
-            ..JournalOptions::default()
-        };
+        let options = JournalOptions::default()
+            .with_applier(Applier::Inline)
+            .with_prepared_units_below_bytes(bound);
         let engine = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options).unwrap();
         let at = fs.stats().log.len();
         engine
@@ -402,11 +395,9 @@ fn the_default_bound_prepares_a_consensus_blocks_unit_and_not_a_heavy_save() {
     );
     for (value_bytes, prepared) in [(20 * 1000, true), (900 * 1000, false)] {
         let fs = SimFs::new();
-        let options = JournalOptions {
-            applier: Applier::Inline,
-            segment_bytes: 2 * 1024 * 1024,
-            ..JournalOptions::default()
-        };
+        let options = JournalOptions::default()
+            .with_applier(Applier::Inline)
+            .with_segment_bytes(2 * 1024 * 1024);
         let engine = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options).unwrap();
         let mut b = Batch::new();
         b.put(
@@ -457,12 +448,10 @@ fn a_checkpoint_comes_by_bytes_by_interval_in_the_background_or_when_asked() {
     };
     let open = |applier, checkpoint_interval| {
         let fs = SimFs::new();
-        let options = JournalOptions {
-            applier,
-            checkpoint_interval,
-            checkpoint_bytes: 1 << 30,
-            ..JournalOptions::default()
-        };
+        let options = JournalOptions::default()
+            .with_applier(applier)
+            .with_checkpoint_interval(checkpoint_interval)
+            .with_checkpoint_bytes(1 << 30);
         JournalEngine::open(Arc::new(fs), Path::new(DIR), options).unwrap()
     };
 

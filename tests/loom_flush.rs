@@ -211,12 +211,10 @@ fn model_body(runs: &AtomicUsize) {
     // Synchronous flush points: loom explores the node's lock protocol (timer, block
     // thread, stop); a background flush point's hand-off to its OS thread is outside what
     // loom can schedule, and its rules are pinned by `tests/deferred_background.rs`.
-    let policy = FlushPolicy {
-        window_blocks_max: Some(WINDOW),
-        interval: INTERVAL,
-        background: false,
-        ..FlushPolicy::default()
-    };
+    let policy = FlushPolicy::default()
+        .with_window_blocks_max(Some(WINDOW))
+        .with_interval(INTERVAL)
+        .with_background(false);
     node.start_block_sync(policy, t0).unwrap();
     let shared = LoomArc::new(Mutex::new(Some(node)));
 

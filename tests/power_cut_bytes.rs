@@ -53,9 +53,7 @@ use support::full;
 
 /// A small page cache, so that redb also writes pages in the middle of a transaction.
 fn options() -> RedbOptions {
-    RedbOptions {
-        cache_bytes: 64 * 1024,
-    }
+    RedbOptions::default().with_cache_bytes(64 * 1024)
 }
 
 const NAMES: [&str; 3] = ["block store", "state", "app"];

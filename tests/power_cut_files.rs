@@ -63,9 +63,7 @@ fn seed() -> u64 {
 
 /// A small page cache, so that redb also writes pages in the middle of a transaction.
 fn options() -> RedbOptions {
-    RedbOptions {
-        cache_bytes: 64 * 1024,
-    }
+    RedbOptions::default().with_cache_bytes(64 * 1024)
 }
 
 fn spec() -> ChainSpec {
@@ -81,11 +79,9 @@ fn spec() -> ChainSpec {
 }
 
 fn policy() -> FlushPolicy {
-    FlushPolicy {
-        window_blocks_max: Some(WINDOW),
-        interval: Duration::from_secs(3600),
-        ..FlushPolicy::default()
-    }
+    FlushPolicy::default()
+        .with_window_blocks_max(Some(WINDOW))
+        .with_interval(Duration::from_secs(3600))
 }
 
 fn home() -> PathBuf {

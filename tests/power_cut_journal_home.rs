@@ -72,17 +72,15 @@ fn seed() -> u64 {
 /// small segments and checkpoints (rolls, checkpoints and trims inside the run) and a small
 /// index cache (redb writes pages mid-transaction).
 fn options(engine: HomeEngine) -> HomeOptions {
-    HomeOptions {
-        engine: Some(engine),
-        journal: JournalOptions {
-            applier: Applier::Inline,
-            segment_bytes: 24 * 1024,
-            checkpoint_bytes: 16 * 1024,
-            index_cache_bytes: 64 * 1024,
-            ..JournalOptions::default()
-        },
-        ..HomeOptions::default()
-    }
+    HomeOptions::default()
+        .with_engine(Some(engine))
+        .with_journal(
+            JournalOptions::default()
+                .with_applier(Applier::Inline)
+                .with_segment_bytes(24 * 1024)
+                .with_checkpoint_bytes(16 * 1024)
+                .with_index_cache_bytes(64 * 1024),
+        )
 }
 
 fn spec() -> ChainSpec {
@@ -98,11 +96,9 @@ fn spec() -> ChainSpec {
 }
 
 fn policy() -> FlushPolicy {
-    FlushPolicy {
-        window_blocks_max: Some(WINDOW),
-        interval: Duration::from_secs(3600),
-        ..FlushPolicy::default()
-    }
+    FlushPolicy::default()
+        .with_window_blocks_max(Some(WINDOW))
+        .with_interval(Duration::from_secs(3600))
 }
 
 fn home() -> PathBuf {

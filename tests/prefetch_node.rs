@@ -36,10 +36,7 @@ fn run(spec: &ChainSpec, prefetch: bool, sync_blocks: u64, consensus: u64) -> Ou
         Box::new(NoEvents),
     )
     .unwrap();
-    let policy = FlushPolicy {
-        window_blocks_max: Some(5),
-        ..FlushPolicy::default()
-    };
+    let policy = FlushPolicy::default().with_window_blocks_max(Some(5));
     let now = Instant::now();
     node.start_block_sync(policy, now).unwrap();
     let tip = sync_blocks + consensus;

@@ -158,10 +158,7 @@ fn drive<C: TestChain>(
 ) -> flushpoint::Result<()> {
     let now = Instant::now();
     if node.height() < shape.sync_blocks {
-        let policy = flushpoint::FlushPolicy {
-            background: shape.background,
-            ..flushpoint::FlushPolicy::default()
-        };
+        let policy = flushpoint::FlushPolicy::default().with_background(shape.background);
         node.start_block_sync(policy, now)?;
         while node.height() < shape.sync_blocks {
             let (b, p, s) = chain.next(node.state());
@@ -464,10 +461,7 @@ fn fsync_counts<C: TestChain>(chain: &C) {
     let dbs: [Arc<dyn Db>; 3] = [0, 1, 2].map(|i| counting[i].clone() as Arc<dyn Db>);
     let (mut node, _) = open(chain, &dbs).expect("open");
     let now = Instant::now();
-    let synchronous = flushpoint::FlushPolicy {
-        background: false,
-        ..flushpoint::FlushPolicy::default()
-    };
+    let synchronous = flushpoint::FlushPolicy::default().with_background(false);
     node.start_block_sync(synchronous, now).unwrap();
     let before = synced(&counting);
     for _ in 0..4 {
@@ -556,10 +550,7 @@ fn handshake_repairs<C: TestChain>(chain: &C) {
     let (mut cut, _) = open(chain, &failing(&mem, &budget)).unwrap();
     let now = Instant::now();
     cut.start_block_sync(
-        flushpoint::FlushPolicy {
-            background: false,
-            ..flushpoint::FlushPolicy::default()
-        },
+        flushpoint::FlushPolicy::default().with_background(false),
         now,
     )
     .unwrap();

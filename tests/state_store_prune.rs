@@ -751,12 +751,10 @@ fn prune_through_the_node_in_block_sync_and_consensus_survives_restart() {
     };
     let base_key = keys::singleton(keys::STATE_STORE_BASE);
     let (mut node, _) = open();
-    let policy = FlushPolicy {
-        window_blocks_max: Some(4),
-        interval: Duration::from_secs(3600),
-        background: false,
-        ..FlushPolicy::default()
-    };
+    let policy = FlushPolicy::default()
+        .with_window_blocks_max(Some(4))
+        .with_interval(Duration::from_secs(3600))
+        .with_background(false);
     node.start_block_sync(policy, Instant::now()).unwrap();
     for _ in 0..5 {
         let (b, p, c) = spec.next_block(node.state());

@@ -86,6 +86,7 @@ pub const REDB_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Options for opening a redb database: `RedbOptions::default()` and the `with_…` methods.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RedbOptions {
     /// Page cache size in bytes.
     pub cache_bytes: usize,

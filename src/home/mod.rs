@@ -74,6 +74,7 @@ impl Default for HomeEngine {
 
 /// How a home is opened: `HomeOptions::default()` and the `with_…` methods.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct HomeOptions {
     /// The engine asked for: `None` opens an existing home on the engine it records and
     /// creates a new one on `new_home_engine`; `Some(e)` creates a new home on `e` and

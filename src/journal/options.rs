@@ -97,6 +97,7 @@ impl KeyspaceOptions {
 /// Options of [`JournalEngine::open`](super::JournalEngine::open); `Default` takes the
 /// constant each field names, and the `with_…` methods set a field.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct JournalOptions {
     /// See [`SEGMENT_BYTES`].
     pub segment_bytes: u64,

@@ -63,6 +63,7 @@ pub enum FlushTrigger {
 /// When flush points are taken during block sync: `FlushPolicy::default()` and the
 /// `with_…` methods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FlushPolicy {
     /// Longest time between flush points.
     pub interval: Duration,

@@ -18,9 +18,7 @@ pub const HOME: &str = "/data/node/home";
 
 /// A small page cache, so that a few blocks reach the file.
 pub fn options() -> RedbOptions {
-    RedbOptions {
-        cache_bytes: 64 * 1024,
-    }
+    RedbOptions::default().with_cache_bytes(64 * 1024)
 }
 
 /// The chain: validators change every 2 blocks and params every 3, so the state's history

@@ -953,9 +953,7 @@ pub fn index_bench(dir: &Path, cfg: &IndexConfig) -> Result<Vec<IndexRow>, Strin
 
     // Disk, cold: a small redb cache, and the files' pages dropped from the OS cache before
     // each timed pass, so lookups read the disk.
-    let options = RedbOptions {
-        cache_bytes: COLD_CACHE_BYTES,
-    };
+    let options = RedbOptions::default().with_cache_bytes(COLD_CACHE_BYTES);
     let home = Home::open_with(dir, &options).map_err(e)?;
     let counters = redb_dbs(&home)?.map(|d| d.backend_counters());
     let files: Vec<std::path::PathBuf> = redb_dbs(&home)?

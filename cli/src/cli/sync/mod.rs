@@ -233,10 +233,7 @@ impl<'a> Run<'a> {
 
     /// The flush policy of the block-sync phase.
     fn flush_policy(&self) -> FlushPolicy {
-        let mut policy = FlushPolicy {
-            background: !self.args.sync_flush,
-            ..FlushPolicy::default()
-        };
+        let mut policy = FlushPolicy::default().with_background(!self.args.sync_flush);
         if let Some(n) = self.args.flush_every {
             policy.window_blocks_max = Some(n);
         }
