@@ -146,6 +146,10 @@ pub mod verify;
 /// The engine's own records — what the block store and the state store keep besides the
 /// chain's bytes — and their codec: [`records::encode`] frames a [`records::Record`] under
 /// its key, [`records::decode`] checks and reads it back (ADR 0001).
+///
+/// Invariant: `decode(encode(x)) == x` for every record, and `decode` of any bytes returns
+/// a value or a [`CorruptReason`], never a panic.
+/// Invariant: a façade over the private `types` module: re-exports only.
 pub mod records {
     pub use crate::types::{
         BLOCK_PART_SIZE_BYTES, BlockMeta, BlockStoreState, CommitRecord, FlushRecord, GenesisHash,
