@@ -13,10 +13,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use flushpoint::db::{BackendCounts, CountingDb, SyncCounts};
 use flushpoint::demo::{ChainSpec, KvApp, Profile};
 use flushpoint::{
-    BackendCounts, Batch, CountingDb, Db, DbWrapper, Durability, FlushPolicy, HoldingDb, Mode,
-    NoEvents, Node, RedbDb, RedbOptions, Result, SyncCounts,
+    Batch, Db, DbWrapper, Durability, FlushPolicy, HoldingDb, Mode, NoEvents, Node, RedbDb,
+    RedbOptions, Result,
 };
 
 /// Downgrades every write to `Buffered`: the no-fsync floor. Unsafe; measuring only.

@@ -3,7 +3,7 @@
 //!
 //! The crash argument — one synced batch per block, the flush order, the flush record, the
 //! handshake — depends only on heights, hashes and bytes. An embedder implements [`Chain`]
-//! for its own types; [`crate::Node`], [`crate::BlockStore`] and [`crate::StateStore`] are
+//! for its own types; [`crate::Node`], [`crate::store::BlockStore`] and [`crate::store::StateStore`] are
 //! generic over it. The engine checks what its invariants need (contiguity, a part set equal
 //! to the block's encoding, a commit's height and block hash, the app hash after replay) and
 //! leaves every other rule of the chain to [`Chain::validate`].
@@ -46,7 +46,7 @@ pub trait ChainBlock: Clone + Debug + Send + Sync + 'static {
     /// The bytes the block's parts are cut from ([`crate::PartSet::from_bytes`]).
     fn encode(&self) -> Bytes;
     /// Hands [`ChainBlock::encode`]'s bytes to `out`, in order and in pieces of any size:
-    /// what [`crate::BlockStore::save_block`] compares the part set with, byte for byte.
+    /// what [`crate::store::BlockStore::save_block`] compares the part set with, byte for byte.
     /// The default hands over [`ChainBlock::encode`] whole. A block that can stream its
     /// encoding (a header, then each transaction where it lies) saves an allocation and a
     /// copy of the whole block on every save. The pieces' concatenation must be exactly
@@ -63,7 +63,7 @@ pub trait ChainBlock: Clone + Debug + Send + Sync + 'static {
     /// the app against it.
     fn parent_app_hash(&self) -> Hash;
     /// The bytes kept in the block's meta record (e.g. its encoded header), readable
-    /// without loading the parts ([`crate::BlockMeta::header`]).
+    /// without loading the parts ([`crate::records::BlockMeta::header`]).
     fn header_bytes(&self) -> Bytes;
     /// The block's transaction count (kept in the meta record; 0 for a chain without
     /// transactions).

@@ -11,8 +11,9 @@
 pub enum HomeEngine {
     /// Three redb files, `blockstore.redb`, `state.redb`, `app.redb`.
     Redb,
-    /// One [`JournalEngine`](crate::JournalEngine) in `journal/`, keyspaces `block store`, `state`, `app` (the
-    /// default for a new home, [`HOME_ENGINE_DEFAULT`](crate::HOME_ENGINE_DEFAULT)).
+    /// One [`JournalEngine`](crate::journal::JournalEngine) in `journal/`, keyspaces
+    /// `block store`, `state`, `app` (the default for a new home,
+    /// [`HOME_ENGINE_DEFAULT`](crate::home::HOME_ENGINE_DEFAULT)).
     Journal,
 }
 

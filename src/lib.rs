@@ -1,44 +1,27 @@
 //! # flushpoint
 //!
 //! The persistence layer a BFT chain node embeds: a block store that saves any block in one
-//! atomic synced batch (one fsync), `HoldingDb` overlays that defer the block store's, the
-//! state's and the application's writes during block sync and write them at flush points in
-//! crash-safe order, and a start-up handshake that classifies what a crash left and repairs
-//! it or refuses with the heights involved.
-//!
-//! # Layers
-//!
-//! Each module imports only from modules of its own layer or of the layers above it in this
-//! table, lowest first (`tests/layers.rs` checks every file of `src/` against it):
-//!
-//! | layer | modules | what they are |
-//! |---|---|---|
-//! | 1 | `error`, `engine`, `sync`, `poison` | the error type and the engine names it carries; the lock and thread shim (loom); a handle's poisoning |
-//! | 2 | `codec`, `aliasing` | keys and checksummed records (ADR 0001); byte-range aliasing checks |
-//! | 3 | `fs` | files: the real file system, the simulated one, the copy-on-write scratch |
-//! | 4 | `db` | the [`Db`] trait, its batch types, the memory and redb backends, counters |
-//! | 5 | `journal`, `prefetch` | the journal engine (ADR 0008); prefetch workers (ADR 0010) |
-//! | 6 | `holding` | [`HoldingDb`]: writes held in memory until a flush point |
-//! | 7 | `types`, `chain`, `app` | the seam an embedder implements: [`Chain`], [`App`] |
-//! | 8 | `store` | [`BlockStore`], [`StateStore`] |
-//! | 9 | `home` | [`Home`]: a directory's databases on one engine, its `FORMAT` and lock |
-//! | 10 | `node` | [`Node`]: block sync, flush points, consensus, the handshake |
-//! | 11 | `rollback`, `verify` | [`rollback`](crate::rollback()), [`verify`](crate::verify()) of a home |
-//! | 12 | `demo`, `testing` | the demo chain and app; test doubles |
+//! atomic synced batch (one fsync), [`HoldingDb`] overlays that defer the block store's,
+//! the state's and the application's writes during block sync and write them at flush
+//! points in crash-safe order, and a start-up handshake that classifies what a crash left
+//! and repairs it or refuses with the heights involved.
 //!
 //! The engine is chain-agnostic: an embedder brings its own block, commit, state and
 //! results types and its rules through [`Chain`] (ADR 0009), and its application through
-//! [`App`]. [`demo`] is one implementation — a synthetic chain and a key-value app — that
-//! the example below, the `flushpoint` tool, the tests and the benches use; the
-//! `ledger_node` example is another, with its own encoding, hash function and app.
+//! [`App`]. `flushpoint::demo` (feature `demo`) is one implementation — a synthetic chain
+//! and a key-value app — that the example below, the `flushpoint` tool, the tests and the
+//! benches use; the `ledger_node` example is another, with its own encoding, hash function
+//! and app.
 //!
 //! # Example
 //!
 //! A node over three databases (in memory here; [`Home`] and [`Node::open_home`] give the
 //! on-disk home, on the journal engine by default), block-syncing with deferred writes, then
-//! committing in consensus:
+//! committing in consensus. The chain and app are the demo's, so the example is compiled
+//! and run with the `demo` feature (the library's tests turn it on):
 //!
-//! ```
+#![cfg_attr(feature = "demo", doc = "```")]
+#![cfg_attr(not(feature = "demo"), doc = "```ignore")]
 //! use std::sync::Arc;
 //! use std::time::Instant;
 //! use flushpoint::demo::{ChainSpec, KvApp, Profile};
@@ -75,6 +58,64 @@
 //! node.stop(Instant::now())?;
 //! # Ok::<(), flushpoint::Error>(())
 //! ```
+//!
+//! # The crate root
+//!
+//! | group | names |
+//! |---|---|
+//! | node | [`Node`], [`ReadView`], [`Mode`], [`FlushPolicy`], [`FlushTrigger`], [`FlushReport`], [`DeferredWrites`], [`HandshakeCase`], [`HandshakeReport`], [`Event`], [`EventKind`], [`EventSink`], [`NoEvents`] |
+//! | home | [`Home`], [`HomeOptions`], [`HomeEngine`]; [`rollback()`] and [`RollbackReport`], [`verify()`] and [`VerifyReport`] |
+//! | seam | [`Chain`], [`ChainBlock`], [`ChainCommit`], [`ChainState`], [`ChainResults`], [`StoredHistory`], [`HistorySlot`], [`HistoryValue`], [`Hash`](type@Hash), [`PartSet`]; [`App`], [`AppInfo`], [`HeldStore`] |
+//! | storage | [`Db`], [`DbWrapper`], [`Batch`], [`Op`], [`Durability`], [`KeyRange`], [`Direction`], [`DbIter`], [`Entry`], [`EntryRef`], [`MemoryDb`], [`RedbDb`], [`RedbOptions`], [`HoldingDb`] |
+//! | errors | [`Error`], [`ErrorKind`], [`Result`], [`BoxError`], [`CorruptReason`], [`Heights`], [`PoisonCause`], [`EnginePanic`], [`RollbackRefusal`] |
+//!
+//! # Modules
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`node`] | the node's parts: the flush policy's inputs, held events, the handshake's classifier ([`node::classify`], [`node::observe`]) and limits |
+//! | [`home`] | a home's file names, format version, default engine and pending rollback |
+//! | [`journal`] | the journal engine (ADR 0008): [`journal::JournalEngine`], its options, counts, usage and tuning constants |
+//! | [`db`] | the [`Db`] trait and its batch types, counters, unit groups (ADR 0011), the backends |
+//! | [`holding`] | [`HoldingDb`] and the held windows a flush point writes |
+//! | [`store`] | [`store::BlockStore`] and [`store::StateStore`], the node's stores over any [`Db`] |
+//! | [`prefetch`] | prefetch workers and sessions (ADR 0010) |
+//! | [`fs`] | the file layer: [`fs::FileSystem`], the real file system, the copy-on-write scratch |
+//! | [`codec`] | keys and checksummed record framing (ADR 0001) |
+//! | [`records`] | the engine's own records and their codec |
+//! | [`verify`](mod@verify) | what [`verify()`] reports |
+//! | `testing` | test doubles: the simulated file system, recording and failing databases (feature `testkit`) |
+//! | `demo` | a synthetic chain and a key-value app (feature `demo`) |
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `testkit` | off | `flushpoint::testing` (the test doubles) and the benchmark baseline `Mode::Legacy` |
+//! | `demo` | off | `flushpoint::demo` (the demo chain and app) |
+//!
+//! The tool (`cli/`), the benches, the examples, the fuzz crate and the library's own tests
+//! turn both on; an embedder needs neither.
+//!
+//! # Layers
+//!
+//! Each module imports only from modules of its own layer or of the layers below it in this
+//! table, lowest first (`tests/layers.rs` checks every file of `src/` against it):
+//!
+//! | layer | modules | what they are |
+//! |---|---|---|
+//! | 1 | `error`, `engine`, `sync`, `poison` | the error type and the engine names it carries; the lock and thread shim (loom); a handle's poisoning |
+//! | 2 | `codec`, `aliasing` | keys and checksummed records (ADR 0001); byte-range aliasing checks |
+//! | 3 | `fs` | files: the real file system, the simulated one, the copy-on-write scratch |
+//! | 4 | `db` | the [`Db`] trait, its batch types, the memory and redb backends, counters |
+//! | 5 | `journal`, `prefetch` | the journal engine (ADR 0008); prefetch workers (ADR 0010) |
+//! | 6 | `holding` | [`HoldingDb`]: writes held in memory until a flush point |
+//! | 7 | `types`, `chain`, `app` | the seam an embedder implements: [`Chain`], [`App`] |
+//! | 8 | `store` | [`store::BlockStore`], [`store::StateStore`] |
+//! | 9 | `home` | [`Home`]: a directory's databases on one engine, its `FORMAT` and lock |
+//! | 10 | `node` | [`Node`]: block sync, flush points, consensus, the handshake |
+//! | 11 | `rollback`, `verify` | [`rollback()`], [`verify()`] of a home |
+//! | 12 | `demo`, `testing` | the demo chain and app; test doubles |
 
 #![deny(unsafe_code)]
 
@@ -82,71 +123,67 @@ mod aliasing;
 mod app;
 mod chain;
 pub mod codec;
-mod db;
+pub mod db;
+#[cfg(any(test, feature = "demo", doc))]
 pub mod demo;
 mod engine;
 mod error;
-mod fs;
-mod holding;
-mod home;
-mod journal;
-mod node;
+pub mod fs;
+pub mod holding;
+pub mod home;
+pub mod journal;
+pub mod node;
 mod poison;
-mod prefetch;
+pub mod prefetch;
 mod rollback;
-pub(crate) mod store;
+pub mod store;
 mod sync;
+#[cfg(any(test, feature = "testkit", doc))]
 pub mod testing;
 mod types;
-mod verify;
+pub mod verify;
 
+/// The engine's own records — what the block store and the state store keep besides the
+/// chain's bytes — and their codec: [`records::encode`] frames a [`records::Record`] under
+/// its key, [`records::decode`] checks and reads it back (ADR 0001).
+///
+/// Invariant: `decode(encode(x)) == x` for every record, and `decode` of any bytes returns
+/// a value or a [`CorruptReason`], never a panic.
+/// Invariant: a façade over the private `types` module: re-exports only.
+pub mod records {
+    pub use crate::types::{
+        BLOCK_PART_SIZE_BYTES, BlockMeta, BlockStoreState, CommitRecord, FlushRecord, GenesisHash,
+        Hash, HeightValue, HistoryEntry, PartRecord, PartSet, Record, ResultsRecord, StateRecord,
+        StateStoreBase, decode, encode,
+    };
+}
+
+// The root names an embedder uses; the items of public modules among them are inlined
+// (`doc(inline)`) so that the front page lists them with their summaries.
 pub use app::{App, AppInfo};
 pub use chain::{
     Chain, ChainBlock, ChainCommit, ChainResults, ChainState, HistorySlot, HistoryValue,
     StoredHistory,
 };
+#[doc(inline)]
 pub use db::{
-    BackendCounters, BackendCounts, Batch, CountingBackend, CountingDb, Db, DbIter, DbWrapper,
-    Direction, Durability, Entry, EntryRef, KeyRange, MemoryDb, Op, RedbDb, RedbOptions,
-    SyncCounters, SyncCounts, UnitGroup, UnitMember, UnitPart, collect_range, fsync_dir,
-    inside_guarded_redb_call, quiet_caught_redb_panics,
+    Batch, Db, DbIter, DbWrapper, Direction, Durability, Entry, EntryRef, KeyRange, MemoryDb, Op,
+    RedbDb, RedbOptions,
 };
 pub use error::{
     BoxError, CorruptReason, EnginePanic, Error, ErrorKind, Heights, PoisonCause, Result,
-    RollbackRefusal, hex,
+    RollbackRefusal,
 };
-pub use fs::{
-    DirFate, FileFate, FileSystem, FsBackend, FsFile, OpenMode, SCRATCH_BYTES_MAX, ScratchFs,
-    SimFault, SimFile, SimFs, SimOp, SimStats, StdFile, StdFs, create_dir_all_durably,
-};
-pub use holding::{FrozenWindow, HeldStore, HeldWrite, HoldingDb};
-pub use home::{
-    HOME_ENGINE_DEFAULT, HOME_FORMAT_VERSION, Home, HomeEngine, HomeOptions, JOURNAL_DIR,
-};
-pub use home::{ROLLBACK_INTENT_FILE, pending_rollback};
-pub use journal::{
-    APPLY_BATCH_DELAY, APPLY_WHILE_SYNCING_BYTES_MIN, Applier, CHECKPOINT_BYTES,
-    CHECKPOINT_INTERVAL, INDEX_CACHE_BYTES, INDEX_FILE, JournalCounts, JournalDb, JournalEngine,
-    JournalOptions, JournalUsage, KEYSPACE_NAME_BYTES_MAX, KeyspaceIndex, KeyspaceOptions,
-    KeyspaceUsage, MERGER_NICE_INCREMENT, MERGER_NICE_INCREMENT_MAX, OVERLAY_BYTES_MAX,
-    PREPARED_UNITS_BELOW_BYTES, RUN_BLOCK_BYTES, RUNS_DIR, SEGMENT_BYTES,
-    SEPARATE_VALUES_FROM_BYTES, SEPARATE_VALUES_MIN_BYTES, SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL,
-    SPARE_SEGMENT_FILE, segment_file_name,
-};
+#[doc(inline)]
+pub use holding::{HeldStore, HoldingDb};
+#[doc(inline)]
+pub use home::{Home, HomeEngine, HomeOptions};
+#[doc(inline)]
 pub use node::{
-    DeferredWrites, Event, EventKind, EventSink, FLUSH_BYTES_MAX, FLUSH_INTERVAL, FlushInputs,
-    FlushPolicy, FlushReport, FlushTrigger, HELD_KEY_BYTES, HandshakeCase, HandshakeReport,
-    HeldEvents, Mode, NoEvents, Node, NodeDb, Observed, ReadView, classify, observe,
-};
-pub use prefetch::{
-    PREFETCH_BATCH_KEYS, PREFETCH_ENTRY_OVERHEAD_BYTES, PREFETCH_SESSION_BYTES_MAX,
-    PREFETCH_SESSIONS_MAX, PREFETCH_WORKERS_DEFAULT, PrefetchPool, PrefetchSession, PrefetchSource,
-    PrefetchStats,
+    DeferredWrites, Event, EventKind, EventSink, FlushPolicy, FlushReport, FlushTrigger,
+    HandshakeCase, HandshakeReport, Mode, NoEvents, Node, ReadView,
 };
 pub use rollback::{RollbackReport, rollback};
-pub use store::{
-    BlockStore, HISTORY_CHECKPOINT_INTERVAL, PRUNE_BATCH_BLOCKS, STATE_PRUNE_BATCH_HEIGHTS,
-    StatePruneReport, StateStore,
-};
-pub use types::*;
-pub use verify::{Problem, VERIFY_PROBLEMS_MAX, VerifyCounts, VerifyReport, verify};
+pub use types::{Hash, PartSet};
+#[doc(inline)]
+pub use verify::{VerifyReport, verify};

@@ -1,5 +1,7 @@
-//! Test doubles embedders can reuse in their own CI: a database that records every batch
-//! (across several databases, in one global order) and one that fails on command.
+//! Test doubles embedders can reuse in their own CI (feature `testkit`): a database that
+//! records every batch (across several databases, in one global order), one that fails on
+//! command, a snapshot of a directory's files, and the simulated file system ([`SimFs`])
+//! that cuts the power at any file operation.
 //!
 //! Invariant: these wrappers change nothing about the wrapped database's semantics except
 //! what their names say (recording; failing from a chosen write on).
@@ -9,6 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use crate::db::{Batch, Db, DbWrapper, Durability};
 use crate::error::{Error, Result};
+
+pub use crate::fs::sim::{DirFate, FileFate, SimFault, SimFile, SimFs, SimOp, SimStats};
 
 /// One recorded write.
 #[derive(Debug, Clone, PartialEq, Eq)]

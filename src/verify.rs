@@ -212,7 +212,7 @@ fn read_every_entry(f: &mut Findings, i: usize, db: &dyn Db) {
                 name,
                 "record key",
                 height,
-                format!("key {} belongs to no record family", crate::hex(&k)),
+                format!("key {} belongs to no record family", crate::error::hex(&k)),
             );
         } else if let Err(reason) = check_frame(&k, &v) {
             let e = Error::Corrupt {
@@ -315,7 +315,7 @@ fn check_blocks<B: ChainBlock>(f: &mut Findings, bs: &BlockStore<B>) {
                 Some(h),
                 format!(
                     "block {h}'s hash {} leads to {}",
-                    crate::hex(&meta.block_hash),
+                    crate::error::hex(&meta.block_hash),
                     other.map_or("no height".to_string(), |a| format!("height {a}"))
                 ),
             ),

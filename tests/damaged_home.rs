@@ -31,10 +31,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use flushpoint::db::collect_range;
 use flushpoint::demo::{ChainSpec, DemoChain, KvApp, Profile};
+use flushpoint::journal::KeyspaceIndex;
 use flushpoint::{
     Db, Direction, Error, ErrorKind, FlushPolicy, HoldingDb, Home, HomeEngine, HomeOptions,
-    KeyRange, KeyspaceIndex, NoEvents, Node, collect_range,
+    KeyRange, NoEvents, Node,
 };
 use support::full;
 
@@ -74,7 +76,7 @@ fn spec() -> ChainSpec {
 }
 
 fn options(engine: HomeEngine) -> HomeOptions {
-    let mut o = HomeOptions::with_engine(engine);
+    let mut o = HomeOptions::default().with_engine(engine);
     o.journal.segment_bytes = SEGMENT_BYTES;
     if engine == HomeEngine::Journal {
         o.app_index = Some(KeyspaceIndex::Runs);
@@ -100,11 +102,9 @@ fn build(path: &Path, engine: HomeEngine) {
         let (b, p, c) = spec().next_block(node.state());
         node.commit_block(&b, &p, &c).unwrap();
     }
-    let policy = FlushPolicy {
-        window_blocks_max: Some(4),
-        interval: Duration::from_secs(3600),
-        ..FlushPolicy::default()
-    };
+    let policy = FlushPolicy::default()
+        .with_window_blocks_max(Some(4))
+        .with_interval(Duration::from_secs(3600));
     node.start_block_sync(policy, Instant::now()).unwrap();
     while node.height() < HEIGHT {
         let (b, p, c) = spec().next_block(node.state());
@@ -118,8 +118,9 @@ fn build(path: &Path, engine: HomeEngine) {
 fn read_home(path: &Path, engine: HomeEngine) -> flushpoint::Result<Vec<String>> {
     let home = Home::open_with(path, options(engine))?;
     let mut out = Vec::new();
-    let blocks =
-        flushpoint::BlockStore::<flushpoint::demo::Block>::open(home.block_store_db.clone())?;
+    let blocks = flushpoint::store::BlockStore::<flushpoint::demo::Block>::open(
+        home.block_store_db.clone(),
+    )?;
     out.push(format!("blocks {}..={}", blocks.base(), blocks.height()));
     out.push(format!("flush record {:?}", blocks.load_flush_record()?));
     for h in blocks.base()..=blocks.height() + 1 {
@@ -136,7 +137,7 @@ fn read_home(path: &Path, engine: HomeEngine) -> flushpoint::Result<Vec<String>>
             ));
         }
     }
-    let states = flushpoint::StateStore::<DemoChain>::open(home.state_db.clone());
+    let states = flushpoint::store::StateStore::<DemoChain>::open(home.state_db.clone());
     let state = states.load_state()?;
     out.push(format!("state {state:?}"));
     out.push(format!("genesis {:?}", states.load_genesis_hash()?));
@@ -148,8 +149,8 @@ fn read_home(path: &Path, engine: HomeEngine) -> flushpoint::Result<Vec<String>>
     for (k, v) in collect_range(&*home.app_db, KeyRange::all(), Direction::Forward)? {
         out.push(format!(
             "app {} {}",
-            flushpoint::hex(&k),
-            flushpoint::hex(&v)
+            flushpoint::codec::hex(&k),
+            flushpoint::codec::hex(&v)
         ));
     }
     let reverse = collect_range(&*home.app_db, KeyRange::all(), Direction::Reverse)?;
@@ -184,7 +185,7 @@ fn kind_of(rel: &str) -> &'static str {
         _ if name == "spare.segment" => "spare segment",
         _ if name.ends_with(".seg") => "segment",
         _ if name.ends_with(".redb") => "redb file",
-        _ if name == flushpoint::ROLLBACK_INTENT_FILE => "rollback intent",
+        _ if name == flushpoint::home::ROLLBACK_INTENT_FILE => "rollback intent",
         _ => "other",
     }
 }
@@ -584,7 +585,7 @@ fn print(engine: HomeEngine, tally: &Tally) {
 }
 
 fn assert_suite(engine: HomeEngine) {
-    flushpoint::quiet_caught_redb_panics();
+    flushpoint::db::quiet_caught_redb_panics();
     let tally = damage_every_file(engine, &[("read", read_home), ("node", run_node)]);
     print(engine, &tally);
     let cases: usize = tally.counts.values().map(|c| c.cases).sum();
@@ -663,7 +664,7 @@ fn a_damaged_rollback_intent_is_refused_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let pristine = dir.path().join("pristine");
     build(&pristine, HomeEngine::Redb);
-    let intent = flushpoint::ROLLBACK_INTENT_FILE;
+    let intent = flushpoint::home::ROLLBACK_INTENT_FILE;
     // An intent's framed record (ADR 0001): any bytes but a valid one are damage.
     for damage in [Damage::FlipBit(0), Damage::Sparse, Damage::AppendGarbage] {
         let case = dir.path().join("case");
@@ -687,8 +688,9 @@ fn a_damaged_rollback_intent_is_refused_naming_it() {
 fn a_reader_that_skips_a_check_fails_the_suite() {
     fn lenient_read(path: &Path, engine: HomeEngine) -> flushpoint::Result<Vec<String>> {
         let home = Home::open_with(path, options(engine))?;
-        let blocks =
-            flushpoint::BlockStore::<flushpoint::demo::Block>::open(home.block_store_db.clone())?;
+        let blocks = flushpoint::store::BlockStore::<flushpoint::demo::Block>::open(
+            home.block_store_db.clone(),
+        )?;
         let mut out = Vec::new();
         for h in 1..=HEIGHT {
             let block = blocks.load_block(h).unwrap_or(None);
@@ -696,7 +698,7 @@ fn a_reader_that_skips_a_check_fails_the_suite() {
         }
         Ok(out)
     }
-    flushpoint::quiet_caught_redb_panics();
+    flushpoint::db::quiet_caught_redb_panics();
     let tally = damage_every_file(HomeEngine::Redb, &[("lenient read", lenient_read)]);
     assert!(
         tally.failures.iter().any(|f| f.contains("a wrong answer")),

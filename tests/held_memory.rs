@@ -1,6 +1,6 @@
 //! The flush trigger's memory estimate against the memory a held window really takes.
 //!
-//! The flush trigger caps the open window's memory ([`flushpoint::FLUSH_BYTES_MAX`] over the
+//! The flush trigger caps the open window's memory ([`flushpoint::node::FLUSH_BYTES_MAX`] over the
 //! three databases), counted as key and value bytes plus [`HELD_KEY_BYTES`] per held key
 //! ([`HoldingDb::held_memory`]). Here a counting allocator (this test binary's own, per
 //! thread) measures what a window of short writes takes, as a light block's are — 32-byte
@@ -12,7 +12,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use bytes::Bytes;
-use flushpoint::{Batch, Db, Durability, HELD_KEY_BYTES, HoldingDb, MemoryDb};
+use flushpoint::node::HELD_KEY_BYTES;
+use flushpoint::{Batch, Db, Durability, HoldingDb, MemoryDb};
 
 thread_local! {
     /// Bytes allocated and not freed by this thread.

@@ -19,9 +19,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use flushpoint::demo::{ChainSpec, KvApp, Profile};
+use flushpoint::home::HOME_FORMAT_VERSION;
 use flushpoint::{
-    Db, Error, ErrorKind, HOME_FORMAT_VERSION, HoldingDb, Home, HomeEngine, HomeOptions, NoEvents,
-    Node, RedbDb, RedbOptions,
+    Db, Error, ErrorKind, HoldingDb, Home, HomeEngine, HomeOptions, NoEvents, Node, RedbDb,
+    RedbOptions,
 };
 
 /// Environment variable naming the home the child process must try to open.
@@ -32,7 +33,7 @@ const REPORT: &str = "home-probe:";
 /// A new home on redb: the engine whose files these tests name (a new home unasked is a
 /// journal home, `HOME_ENGINE_DEFAULT`).
 fn open_redb(path: &Path) -> flushpoint::Result<Home> {
-    Home::open_with(path, HomeOptions::with_engine(HomeEngine::Redb))
+    Home::open_with(path, HomeOptions::default().with_engine(HomeEngine::Redb))
 }
 
 fn expect_locked(r: flushpoint::Result<Home>, path: &Path) {

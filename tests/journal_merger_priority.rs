@@ -9,10 +9,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flushpoint::{
-    Batch, Db, Durability, ErrorKind, JournalEngine, JournalOptions, KeyspaceOptions,
-    MERGER_NICE_INCREMENT, MERGER_NICE_INCREMENT_MAX, StdFs,
+use flushpoint::fs::StdFs;
+use flushpoint::journal::{
+    JournalEngine, JournalOptions, KeyspaceOptions, MERGER_NICE_INCREMENT,
+    MERGER_NICE_INCREMENT_MAX,
 };
+use flushpoint::{Batch, Db, Durability, ErrorKind};
 
 /// The nice value in the `stat` file at `path`: field 19, counted after the command
 /// name's closing parenthesis (a name may hold spaces).
@@ -95,10 +97,7 @@ fn the_merger_runs_below_the_opening_thread_and_a_bad_increment_is_refused() {
     let err = JournalEngine::open(
         Arc::new(StdFs),
         &bad,
-        JournalOptions {
-            merger_nice_increment: MERGER_NICE_INCREMENT_MAX + 1,
-            ..JournalOptions::default()
-        },
+        JournalOptions::default().with_merger_nice_increment(MERGER_NICE_INCREMENT_MAX + 1),
     )
     .expect_err("an increment past the nice range");
     assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
@@ -107,10 +106,7 @@ fn the_merger_runs_below_the_opening_thread_and_a_bad_increment_is_refused() {
     let max = JournalEngine::open(
         Arc::new(StdFs),
         &tmp.path().join("max"),
-        JournalOptions {
-            merger_nice_increment: MERGER_NICE_INCREMENT_MAX,
-            ..JournalOptions::default()
-        },
+        JournalOptions::default().with_merger_nice_increment(MERGER_NICE_INCREMENT_MAX),
     )
     .expect("the largest increment is valid");
     drop(max);
@@ -120,10 +116,7 @@ fn the_merger_runs_below_the_opening_thread_and_a_bad_increment_is_refused() {
     let want = base + i32::from(increment);
     let (engine, nice) = merger_nice(
         &tmp.path().join("three"),
-        JournalOptions {
-            merger_nice_increment: increment,
-            ..JournalOptions::default()
-        },
+        JournalOptions::default().with_merger_nice_increment(increment),
         want,
     );
     assert_eq!(
@@ -148,10 +141,7 @@ fn the_merger_runs_below_the_opening_thread_and_a_bad_increment_is_refused() {
     // 0: the merger keeps the opening thread's priority.
     let (engine, nice) = merger_nice(
         &tmp.path().join("zero"),
-        JournalOptions {
-            merger_nice_increment: 0,
-            ..JournalOptions::default()
-        },
+        JournalOptions::default().with_merger_nice_increment(0),
         base,
     );
     assert_eq!(nice, base, "merger nice with increment 0");

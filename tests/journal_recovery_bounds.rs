@@ -8,10 +8,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flushpoint::{
-    Batch, Db, Durability, Error, ErrorKind, JournalEngine, JournalOptions, StdFs,
-    segment_file_name,
-};
+use flushpoint::fs::StdFs;
+use flushpoint::journal::{JournalEngine, JournalOptions, segment_file_name};
+use flushpoint::{Batch, Db, Durability, Error, ErrorKind};
 
 /// Peak RSS growth the opens may cost (bytes): the scan's window is 1 MiB; a read of the
 /// 2 GiB segment whole would cost 2 GiB.
@@ -25,10 +24,7 @@ fn peak_rss_bytes() -> u64 {
 }
 
 fn options() -> JournalOptions {
-    JournalOptions {
-        prepare_segments: false,
-        ..JournalOptions::default()
-    }
+    JournalOptions::default().with_prepare_segments(false)
 }
 
 fn open(dir: &Path) -> flushpoint::Result<JournalEngine> {

@@ -47,10 +47,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use flushpoint::demo::{ChainSpec, KvApp, Profile};
-use flushpoint::{
-    App, BlockStore, Db, Event, EventKind, FlushPolicy, FlushReport, HoldingDb, MemoryDb, Node,
-    StateStore,
-};
+use flushpoint::store::{BlockStore, StateStore};
+use flushpoint::{App, Db, Event, EventKind, FlushPolicy, FlushReport, HoldingDb, MemoryDb, Node};
 use loom::sync::Arc as LoomArc;
 use loom::sync::Mutex;
 use loom::thread;
@@ -213,12 +211,10 @@ fn model_body(runs: &AtomicUsize) {
     // Synchronous flush points: loom explores the node's lock protocol (timer, block
     // thread, stop); a background flush point's hand-off to its OS thread is outside what
     // loom can schedule, and its rules are pinned by `tests/node/deferred_background.rs`.
-    let policy = FlushPolicy {
-        window_blocks_max: Some(WINDOW),
-        interval: INTERVAL,
-        background: false,
-        ..FlushPolicy::default()
-    };
+    let policy = FlushPolicy::default()
+        .with_window_blocks_max(Some(WINDOW))
+        .with_interval(INTERVAL)
+        .with_background(false);
     node.start_block_sync(policy, t0).unwrap();
     let shared = LoomArc::new(Mutex::new(Some(node)));
 

@@ -98,10 +98,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use flushpoint::{
-    Applier, Batch, Db, Durability, JournalDb, JournalEngine, JournalOptions, KeyspaceIndex,
-    KeyspaceOptions, SimFs, segment_file_name,
+use flushpoint::journal::{
+    Applier, JournalDb, JournalEngine, JournalOptions, KeyspaceIndex, KeyspaceOptions,
+    segment_file_name,
 };
+use flushpoint::testing::SimFs;
+use flushpoint::{Batch, Db, Durability};
 
 const DIR: &str = "/journal";
 /// The keyspace's threshold: `v1` and `v2` are kept in the journal, the index points.
@@ -126,29 +128,28 @@ fn builder() -> loom::model::Builder {
 }
 
 fn options(prepare_segments: bool, applier: Applier) -> JournalOptions {
-    JournalOptions {
+    JournalOptions::default()
         // Every unit rolls to a segment of its own.
-        segment_bytes: 1,
+        .with_segment_bytes(1)
         // A checkpoint after every apply (and, so that loom's runs are deterministic, none
         // by time: the interval is never reached).
-        checkpoint_bytes: 1,
-        checkpoint_interval: Duration::from_secs(3600),
+        .with_checkpoint_bytes(1)
+        .with_checkpoint_interval(Duration::from_secs(3600))
         // A unit applies as soon as it is durable.
-        apply_batch_delay: Duration::ZERO,
+        .with_apply_batch_delay(Duration::ZERO)
         // One unit at a time: the next writer waits for room.
-        overlay_bytes_max: 1,
-        index_cache_bytes: 64 * 1024,
-        applier,
-        prepare_segments,
+        .with_overlay_bytes_max(1)
+        .with_index_cache_bytes(64 * 1024)
+        .with_applier(applier)
+        .with_prepare_segments(prepare_segments)
         // Every unit here is small and synced: each takes a prepared segment (the spare).
-        prepared_units_below_bytes: flushpoint::PREPARED_UNITS_BELOW_BYTES,
-        run_block_bytes: flushpoint::RUN_BLOCK_BYTES,
+        .with_prepared_units_below_bytes(flushpoint::journal::PREPARED_UNITS_BELOW_BYTES)
+        .with_run_block_bytes(flushpoint::journal::RUN_BLOCK_BYTES)
         // Applied once durable (the model with `while_syncing` sets 0).
-        apply_while_syncing_bytes_min: u64::MAX,
+        .with_apply_while_syncing_bytes_min(u64::MAX)
         // The model's threads share one OS thread: a merger's nice would lower it for the
         // rest of the run.
-        merger_nice_increment: 0,
-    }
+        .with_merger_nice_increment(0)
 }
 
 fn value(fill: u8) -> Bytes {
@@ -261,10 +262,8 @@ fn model(prepare_segments: bool, while_syncing: bool) {
         let engine = JournalEngine::open(
             Arc::new(fs.clone()),
             dir,
-            JournalOptions {
-                apply_while_syncing_bytes_min: if while_syncing { 0 } else { u64::MAX },
-                ..options(prepare_segments, Applier::Background)
-            },
+            options(prepare_segments, Applier::Background)
+                .with_apply_while_syncing_bytes_min(if while_syncing { 0 } else { u64::MAX }),
         )
         .expect("open");
         let db = engine
@@ -376,23 +375,22 @@ fn reads_never_go_back_with_units_applied_while_syncing() {
 /// for both units (so the applier may find two durable units at once and apply them in one
 /// step), and checkpoints only at close (the model checks the apply step, not the trim).
 fn merge_options(applier: Applier) -> JournalOptions {
-    JournalOptions {
-        segment_bytes: 1 << 20,
-        checkpoint_bytes: u64::MAX,
-        checkpoint_interval: Duration::from_secs(3600),
-        apply_batch_delay: Duration::ZERO,
+    JournalOptions::default()
+        .with_segment_bytes(1 << 20)
+        .with_checkpoint_bytes(u64::MAX)
+        .with_checkpoint_interval(Duration::from_secs(3600))
+        .with_apply_batch_delay(Duration::ZERO)
         // Room for both units: neither writer waits.
-        overlay_bytes_max: 1 << 20,
-        index_cache_bytes: 64 * 1024,
-        applier,
-        prepare_segments: false,
-        prepared_units_below_bytes: flushpoint::PREPARED_UNITS_BELOW_BYTES,
-        run_block_bytes: flushpoint::RUN_BLOCK_BYTES,
-        apply_while_syncing_bytes_min: u64::MAX,
+        .with_overlay_bytes_max(1 << 20)
+        .with_index_cache_bytes(64 * 1024)
+        .with_applier(applier)
+        .with_prepare_segments(false)
+        .with_prepared_units_below_bytes(flushpoint::journal::PREPARED_UNITS_BELOW_BYTES)
+        .with_run_block_bytes(flushpoint::journal::RUN_BLOCK_BYTES)
+        .with_apply_while_syncing_bytes_min(u64::MAX)
         // The model's threads share one OS thread: a merger's nice would lower it for the
         // rest of the run.
-        merger_nice_increment: 0,
-    }
+        .with_merger_nice_increment(0)
 }
 
 #[test]
@@ -460,22 +458,21 @@ fn a_step_of_two_units_keeps_the_newest_write() {
 /// The runs model's options: one unit per apply step (an overlay of one byte: the next
 /// writer waits for room), one segment, checkpoints only when asked and at close.
 fn runs_options(applier: Applier) -> JournalOptions {
-    JournalOptions {
-        segment_bytes: 1 << 20,
-        checkpoint_bytes: u64::MAX,
-        checkpoint_interval: Duration::from_secs(3600),
-        apply_batch_delay: Duration::ZERO,
-        overlay_bytes_max: 1,
-        index_cache_bytes: 64 * 1024,
-        applier,
-        prepare_segments: false,
-        prepared_units_below_bytes: flushpoint::PREPARED_UNITS_BELOW_BYTES,
-        run_block_bytes: flushpoint::RUN_BLOCK_BYTES,
-        apply_while_syncing_bytes_min: u64::MAX,
+    JournalOptions::default()
+        .with_segment_bytes(1 << 20)
+        .with_checkpoint_bytes(u64::MAX)
+        .with_checkpoint_interval(Duration::from_secs(3600))
+        .with_apply_batch_delay(Duration::ZERO)
+        .with_overlay_bytes_max(1)
+        .with_index_cache_bytes(64 * 1024)
+        .with_applier(applier)
+        .with_prepare_segments(false)
+        .with_prepared_units_below_bytes(flushpoint::journal::PREPARED_UNITS_BELOW_BYTES)
+        .with_run_block_bytes(flushpoint::journal::RUN_BLOCK_BYTES)
+        .with_apply_while_syncing_bytes_min(u64::MAX)
         // The model's threads share one OS thread: a merger's nice would lower it for the
         // rest of the run.
-        merger_nice_increment: 0,
-    }
+        .with_merger_nice_increment(0)
 }
 
 /// `k`'s value in the runs model: `v3` is 3; anything else fails with `who` and what it saw.

@@ -39,10 +39,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
-use flushpoint::{
-    Batch, Db, Durability, HoldingDb, MemoryDb, PREFETCH_BATCH_KEYS, PrefetchPool, PrefetchSource,
-    Result,
-};
+use flushpoint::prefetch::{PREFETCH_BATCH_KEYS, PrefetchPool, PrefetchSource};
+use flushpoint::{Batch, Db, Durability, HoldingDb, MemoryDb, Result};
 
 /// Exhaustive: no preemption bound (unless `LOOM_MAX_PREEMPTIONS` sets one) — the models
 /// are small enough (about 15 s in all).

@@ -137,12 +137,10 @@ fn handshake_decisions_and_flush_points_are_traced_in_both_modes() {
             let mut node = open(&dbs, &spec).unwrap();
             let now = Instant::now();
             node.start_block_sync(
-                FlushPolicy {
-                    interval: Duration::from_secs(3600),
-                    window_blocks_max: Some(3),
-                    background,
-                    ..FlushPolicy::default()
-                },
+                FlushPolicy::default()
+                    .with_interval(Duration::from_secs(3600))
+                    .with_window_blocks_max(Some(3))
+                    .with_background(background),
                 now,
             )
             .unwrap();

@@ -1,5 +1,5 @@
 #![no_main]
-//! `flushpoint::decode::<BlockResults>` and its payload codec: never panics; encode∘decode
+//! `flushpoint::records::decode::<BlockResults>` and its payload codec: never panics; encode∘decode
 //! round-trips byte for byte. See `flushpoint_fuzz::check_record`.
 
 use libfuzzer_sys::fuzz_target;

@@ -12,11 +12,10 @@ use std::ops::Bound;
 
 use arbitrary::{Arbitrary, Unstructured};
 use bytes::Bytes;
+use flushpoint::db::{CountingDb, collect_range};
+use flushpoint::holding::HeldWrite;
 use flushpoint::testing::{FailAfter, FailingDb};
-use flushpoint::{
-    Batch, CountingDb, Db, Direction, Durability, HeldWrite, HoldingDb, KeyRange, MemoryDb,
-    collect_range,
-};
+use flushpoint::{Batch, Db, Direction, Durability, HoldingDb, KeyRange, MemoryDb};
 
 /// A key from a small alphabet (collisions and 0x00/0xff edges are common), 0 to 2 bytes.
 #[derive(Debug, Clone)]

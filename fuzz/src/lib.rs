@@ -20,7 +20,9 @@ use flushpoint::codec::encode_record;
 use flushpoint::demo::{
     Block, BlockResults, Commit, ConsensusParams, State, TypedHistoryEntry, ValidatorSet,
 };
-use flushpoint::{BlockMeta, BlockStoreState, FlushRecord, HeightValue, Record, decode, encode};
+use flushpoint::records::{
+    BlockMeta, BlockStoreState, FlushRecord, HeightValue, Record, decode, encode,
+};
 
 /// The key every record is "stored" under.
 pub const KEY: &[u8] = b"fuzz/key";

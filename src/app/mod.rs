@@ -46,7 +46,7 @@ pub struct AppInfo {
 /// `Err` from `hold` poisons the node (whether the app holds is then unknown).
 ///
 /// On databases of one unit group (ADR 0011: e.g. three keyspaces of one
-/// [`crate::JournalEngine`]) whose `held_store` is a member too, the app keeps holding in
+/// [`crate::journal::JournalEngine`]) whose `held_store` is a member too, the app keeps holding in
 /// consensus: `hold` is called once, at the first consensus block or block sync, and
 /// `stop_holding` is not called; each consensus block is then committed held and written in
 /// the node's unit (`held_store`'s frozen window), so `durable()` reaches its height when
@@ -108,7 +108,7 @@ pub trait App<C: Chain>: Send {
 
     /// Called by [`crate::Node::prefetch_next`] with block N+1 before the node executes
     /// block N: the moment to start reading, in the background, the state `next` will read
-    /// (e.g. queue its keys on a [`crate::PrefetchSession`] that execution reads first), so
+    /// (e.g. queue its keys on a [`crate::prefetch::PrefetchSession`] that execution reads first), so
     /// the reads overlap block N's execution. Advisory: nothing may be written, and block
     /// N+1's execution must be correct whether or not it ran. The default does nothing.
     fn prefetch(&mut self, next: &C::Block) -> Result<()> {

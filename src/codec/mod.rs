@@ -13,6 +13,7 @@
 pub mod keys;
 mod record;
 
+pub use crate::error::hex;
 pub use record::{
     FORMAT_VERSION, PLACED_COPY_ALIGN_BYTES, PLACED_COPY_FROM_BYTES, Reader, RecordKind, Writer,
     check_frame, decode_record, encode_record, encode_record_with,

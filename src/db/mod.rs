@@ -44,6 +44,10 @@ pub enum Durability {
 }
 
 /// One write in a batch.
+///
+/// Exhaustive on purpose (the crate's one exception with [`Direction`]): every [`Db`]
+/// backend and wrapper matches on it, and an op it did not know would be a write it drops;
+/// a new op must fail their build, not fall into a wildcard arm.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     /// Set `key` to `value`.
@@ -133,6 +137,9 @@ impl Batch {
 }
 
 /// Iteration order.
+///
+/// Exhaustive on purpose, as [`Op`] is: every [`Db`] backend matches on it, and a new
+/// order must fail their build, not fall into a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
     /// Ascending key order.

@@ -84,8 +84,9 @@ fn checked_value<'v>(db: &str, key: &[u8], stored: &'v [u8]) -> Result<&'v [u8]>
 /// with up to 3 × 64 MiB of held writes; redb's 1 GiB default would triple the footprint.
 pub const REDB_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
-/// Options for opening a redb database.
+/// Options for opening a redb database: `RedbOptions::default()` and the `with_…` methods.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RedbOptions {
     /// Page cache size in bytes.
     pub cache_bytes: usize,
@@ -95,6 +96,16 @@ impl Default for RedbOptions {
     fn default() -> Self {
         RedbOptions {
             cache_bytes: REDB_CACHE_BYTES,
+        }
+    }
+}
+
+impl RedbOptions {
+    /// These options with [`RedbOptions::cache_bytes`] set.
+    pub fn with_cache_bytes(self, cache_bytes: usize) -> Self {
+        RedbOptions {
+            cache_bytes,
+            ..self
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The demo chain: one implementation of the [`crate::Chain`] seam, used by the
-//! `flushpoint` tool, the tests and the benches.
+//! `flushpoint` tool, the tests and the benches (feature `demo`).
 //!
 //! A deterministic synthetic chain ([`ChainSpec`]) with a tendermint-like header (block hash
 //! = sha256 of the header, transactions under the header's data hash), validator-set and

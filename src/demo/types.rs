@@ -73,7 +73,7 @@ impl Header {
             last_results_hash: r.hash()?,
         })
     }
-    /// Decodes a header from its encoding (a block meta's [`crate::BlockMeta::header`]).
+    /// Decodes a header from its encoding (a block meta's [`crate::records::BlockMeta::header`]).
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, CorruptReason> {
         let mut r = Reader::new(bytes);
         let h = Header::decode(&mut r)?;
@@ -533,7 +533,7 @@ impl Record for State {
 
 /// A state store history entry with the demo chain's value decoded: the record the state
 /// store keeps under slot 0 (validator sets) and slot 1 (consensus params), byte for byte
-/// ([`crate::HistoryEntry`] is the engine's undecoded view). For fuzzing and inspection.
+/// ([`crate::records::HistoryEntry`] is the engine's undecoded view). For fuzzing and inspection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TypedHistoryEntry<T> {
     /// The height from which the value is in force.

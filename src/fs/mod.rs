@@ -1,11 +1,12 @@
 //! The file layer: every file operation the crate makes on a home — the `FORMAT` and `LOCK`
 //! files, `RedbDb`'s atomic creation, and redb's own page I/O — goes through a
-//! [`FileSystem`], so that a simulated one ([`SimFs`]) can cut the power at any of them.
+//! [`FileSystem`], so that a simulated one (`flushpoint::testing::SimFs`, feature `testkit`)
+//! can cut the power at any of them.
 //!
 //! [`StdFs`] is the real one (`std::fs`, `flock` through `fs4`); redb's I/O on a real file
 //! goes through redb's own `FileBackend`, with its locks, exactly as before this layer.
 //!
-//! Durability contract every implementation follows (and [`SimFs`] enforces on a cut):
+//! Durability contract every implementation follows (and the simulated one enforces on a cut):
 //! * file bytes and length (`write_at`, `set_len`) are durable once the file's `sync_data`
 //!   or `sync_all` returned `Ok`;
 //! * a directory entry — a created file or directory, a rename, an unlink — is durable once
@@ -15,8 +16,11 @@
 //! Invariant: this module decides nothing about *when* to sync; callers do (policy apart
 //! from mechanism). Invariant: it never imports the database or node layers.
 
-pub mod scratch;
-pub mod sim;
+mod scratch;
+/// The simulated file system: the library's unit tests use it, and `crate::testing`
+/// re-exports it for other crates' tests (feature `testkit`).
+#[cfg(any(test, feature = "testkit", doc))]
+pub(crate) mod sim;
 
 use std::fmt::Debug;
 use std::io::IoSlice;
@@ -32,7 +36,8 @@ use crate::aliasing::{ALIAS_SPAN_BYTES, ALIASING_AHEAD_BYTES_MAX, copy_aliases};
 pub const IO_SLICES_MAX: usize = 1024;
 
 pub use scratch::{SCRATCH_BYTES_MAX, ScratchFs};
-pub use sim::{DirFate, FileFate, SimFault, SimFile, SimFs, SimOp, SimStats};
+#[cfg(test)]
+pub(crate) use sim::{DirFate, FileFate, SimFs, SimOp};
 
 type IoResult<T> = std::io::Result<T>;
 
@@ -153,7 +158,7 @@ pub fn create_dir_all_durably(fs: &dyn FileSystem, dir: &Path) -> IoResult<()> {
 }
 
 /// The directory holding `path` (`.` for a bare name).
-pub fn parent_of(path: &Path) -> &Path {
+pub(crate) fn parent_of(path: &Path) -> &Path {
     path.parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."))

@@ -97,7 +97,7 @@ impl<D: Db> HoldingDb<D> {
     }
 
     /// The frozen window, shared (no copy), for a caller that writes it in a unit with
-    /// other databases' windows ([`crate::UnitGroup::write_unit`], ADR 0011) instead of
+    /// other databases' windows ([`crate::db::UnitGroup::write_unit`], ADR 0011) instead of
     /// [`HoldingDb::write_frozen`]. `Ok(None)`: nothing is frozen. The window stays frozen
     /// (readable) until [`HoldingDb::frozen_written`].
     pub fn frozen_window(&self) -> Result<Option<FrozenWindow>> {

@@ -132,7 +132,7 @@ impl<D: Db> HoldingDb<D> {
 
     /// The memory the open window takes, as the flush trigger counts it
     /// ([`crate::FlushPolicy`]): its key and value bytes, the bytes of short values it
-    /// replaced (still in its chunks), and [`crate::HELD_KEY_BYTES`] per key.
+    /// replaced (still in its chunks), and [`crate::holding::HELD_KEY_BYTES`] per key.
     pub fn held_memory(&self) -> u64 {
         self.windows.open_memory()
     }

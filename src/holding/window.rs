@@ -114,7 +114,7 @@ impl Window {
     }
 
     /// The memory the window takes as the flush trigger counts it: key and value bytes,
-    /// replaced values still in a chunk, and [`crate::HELD_KEY_BYTES`] per key.
+    /// replaced values still in a chunk, and [`crate::holding::HELD_KEY_BYTES`] per key.
     pub(super) fn memory(&self) -> u64 {
         self.held_bytes
             + self.chunks.replaced_bytes

@@ -72,8 +72,9 @@ impl Default for HomeEngine {
     }
 }
 
-/// How a home is opened.
+/// How a home is opened: `HomeOptions::default()` and the `with_…` methods.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct HomeOptions {
     /// The engine asked for: `None` opens an existing home on the engine it records and
     /// creates a new one on `new_home_engine`; `Some(e)` creates a new home on `e` and
@@ -96,11 +97,37 @@ pub struct HomeOptions {
 }
 
 impl HomeOptions {
-    /// Default options asking for `engine`.
-    pub fn with_engine(engine: HomeEngine) -> HomeOptions {
+    /// These options with [`HomeOptions::engine`] set (a value, or `None`).
+    pub fn with_engine(self, engine: impl Into<Option<HomeEngine>>) -> Self {
         HomeOptions {
-            engine: Some(engine),
-            ..HomeOptions::default()
+            engine: engine.into(),
+            ..self
+        }
+    }
+
+    /// These options with [`HomeOptions::new_home_engine`] set.
+    pub fn with_new_home_engine(self, new_home_engine: HomeEngine) -> Self {
+        HomeOptions {
+            new_home_engine,
+            ..self
+        }
+    }
+
+    /// These options with [`HomeOptions::redb`] set.
+    pub fn with_redb(self, redb: RedbOptions) -> Self {
+        HomeOptions { redb, ..self }
+    }
+
+    /// These options with [`HomeOptions::journal`] set.
+    pub fn with_journal(self, journal: JournalOptions) -> Self {
+        HomeOptions { journal, ..self }
+    }
+
+    /// These options with [`HomeOptions::app_index`] set (a value, or `None`).
+    pub fn with_app_index(self, app_index: impl Into<Option<KeyspaceIndex>>) -> Self {
+        HomeOptions {
+            app_index: app_index.into(),
+            ..self
         }
     }
 }
@@ -349,7 +376,7 @@ impl Home {
     /// Opens an existing home without writing to it: every file is opened read-only, and
     /// whatever the open and the caller write — redb's headers, a journal recovery, a
     /// handshake's repair, a rollback — is kept in memory ([`ScratchFs`], at most
-    /// [`crate::SCRATCH_BYTES_MAX`]) and dropped with the `Home`. For deciding whether a
+    /// [`crate::fs::SCRATCH_BYTES_MAX`]) and dropped with the `Home`. For deciding whether a
     /// command refuses before opening the home for writing, and for reading a home as it
     /// is on disk. The lock is taken on the real `LOCK` file: a home a writer holds is
     /// [`Error::HomeLocked`], and no writer opens it meanwhile.

@@ -43,13 +43,13 @@
 //! Invariant: the writer lock is held across a unit's append and sync, so units reach the
 //! file, and the overlay, in seq order; it is the outermost lock.
 //! Invariant: the apply lock orders apply steps, checkpoints, merge plans and installs and
-//! keyspace records; functions that need it take its proof ([`applier::ApplyTurn`]).
+//! keyspace records; functions that need it take its proof (`applier::ApplyTurn`).
 //! Invariant: the state lock is the innermost: held briefly, never across file I/O, and
 //! across a redb call only for a `begin_read` (a snapshot's, `usage`'s); no other engine
 //! lock is taken while it is held.
 //! Invariant: a unit is durable exactly when a `sync_data` of its segment returned `Ok`
 //! after it was written; the first failed write or sync poisons the engine (the crate's one
-//! [`Poison`](crate::poison)), never retried.
+//! `Poison`), never retried.
 //! Invariant: only durable units are applied to redb, in seq order; redb's durable state is
 //! always a prefix of the journal (all units ≤ `applied_seq`).
 //! Invariant: this module never imports the store, node or app layers.

@@ -79,6 +79,11 @@ impl KeyspaceOptions {
         }
     }
 
+    /// These options with [`KeyspaceOptions::index`] set.
+    pub fn with_index(self, index: KeyspaceIndex) -> Self {
+        KeyspaceOptions { index, ..self }
+    }
+
     /// These options, with values of `bytes` or more kept in the journal
     /// ([`KeyspaceOptions::separate_values_from`]).
     pub fn with_values_separated_from(self, bytes: u32) -> Self {
@@ -90,8 +95,9 @@ impl KeyspaceOptions {
 }
 
 /// Options of [`JournalEngine::open`](super::JournalEngine::open); `Default` takes the
-/// constant each field names.
+/// constant each field names, and the `with_…` methods set a field.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct JournalOptions {
     /// See [`SEGMENT_BYTES`].
     pub segment_bytes: u64,
@@ -155,6 +161,101 @@ impl Default for JournalOptions {
             run_block_bytes: RUN_BLOCK_BYTES,
             apply_while_syncing_bytes_min: APPLY_WHILE_SYNCING_BYTES_MIN,
             merger_nice_increment: MERGER_NICE_INCREMENT,
+        }
+    }
+}
+
+impl JournalOptions {
+    /// These options with [`JournalOptions::segment_bytes`] set.
+    pub fn with_segment_bytes(self, segment_bytes: u64) -> Self {
+        JournalOptions {
+            segment_bytes,
+            ..self
+        }
+    }
+
+    /// These options with [`JournalOptions::checkpoint_bytes`] set.
+    pub fn with_checkpoint_bytes(self, checkpoint_bytes: u64) -> Self {
+        JournalOptions {
+            checkpoint_bytes,
+            ..self
+        }
+    }
+
+    /// These options with [`JournalOptions::checkpoint_interval`] set.
+    pub fn with_checkpoint_interval(self, checkpoint_interval: Duration) -> Self {
+        JournalOptions {
+            checkpoint_interval,
+            ..self
+        }
+    }
+
+    /// These options with [`JournalOptions::overlay_bytes_max`] set.
+    pub fn with_overlay_bytes_max(self, overlay_bytes_max: u64) -> Self {
+        JournalOptions {
+            overlay_bytes_max,
+            ..self
+        }
+    }
+
+    /// These options with [`JournalOptions::apply_batch_delay`] set.
+    pub fn with_apply_batch_delay(self, apply_batch_delay: Duration) -> Self {
+        JournalOptions {
+            apply_batch_delay,
+            ..self
+        }
+    }
+
+    /// These options with [`JournalOptions::index_cache_bytes`] set.
+    pub fn with_index_cache_bytes(self, index_cache_bytes: usize) -> Self {
+        JournalOptions {
+            index_cache_bytes,
+            ..self
+        }
+    }
+
+    /// These options with [`JournalOptions::applier`] set.
+    pub fn with_applier(self, applier: Applier) -> Self {
+        JournalOptions { applier, ..self }
+    }
+
+    /// These options with [`JournalOptions::prepare_segments`] set.
+    pub fn with_prepare_segments(self, prepare_segments: bool) -> Self {
+        JournalOptions {
+            prepare_segments,
+            ..self
+        }
+    }
+
+    /// These options with [`JournalOptions::prepared_units_below_bytes`] set.
+    pub fn with_prepared_units_below_bytes(self, prepared_units_below_bytes: u64) -> Self {
+        JournalOptions {
+            prepared_units_below_bytes,
+            ..self
+        }
+    }
+
+    /// These options with [`JournalOptions::run_block_bytes`] set.
+    pub fn with_run_block_bytes(self, run_block_bytes: usize) -> Self {
+        JournalOptions {
+            run_block_bytes,
+            ..self
+        }
+    }
+
+    /// These options with [`JournalOptions::apply_while_syncing_bytes_min`] set.
+    pub fn with_apply_while_syncing_bytes_min(self, apply_while_syncing_bytes_min: u64) -> Self {
+        JournalOptions {
+            apply_while_syncing_bytes_min,
+            ..self
+        }
+    }
+
+    /// These options with [`JournalOptions::merger_nice_increment`] set.
+    pub fn with_merger_nice_increment(self, merger_nice_increment: u8) -> Self {
+        JournalOptions {
+            merger_nice_increment,
+            ..self
         }
     }
 }

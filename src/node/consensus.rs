@@ -29,7 +29,7 @@ impl<C: Chain> Node<C> {
                 "use start_block_sync / switch_to_consensus to enter or leave block sync".into(),
             ));
         }
-        if mode == Mode::Legacy && self.app_share.joins_unit() {
+        if mode.second_block_store_sync() && self.app_share.joins_unit() {
             return Err(Error::InvalidInput(
                 "Legacy mode (a second block-store sync) has no meaning when consensus blocks are units (ADR 0011)".into(),
             ));
@@ -102,7 +102,7 @@ impl<C: Chain> Node<C> {
             return Ok(());
         }
         self.save_checked(block, parts, seen_commit)?;
-        if self.mode == Mode::Legacy {
+        if self.mode.second_block_store_sync() {
             // The reference node's old second block-store fsync (an empty key, synced).
             let mut b = Batch::new();
             b.put(Bytes::from_static(&[0x00]), Bytes::new());

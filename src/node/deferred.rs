@@ -60,8 +60,10 @@ pub enum FlushTrigger {
     Stop,
 }
 
-/// When flush points are taken during block sync.
+/// When flush points are taken during block sync: `FlushPolicy::default()` and the
+/// `with_…` methods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FlushPolicy {
     /// Longest time between flush points.
     pub interval: Duration,
@@ -112,6 +114,32 @@ pub struct FlushInputs {
 }
 
 impl FlushPolicy {
+    /// This policy with [`FlushPolicy::interval`] set.
+    pub fn with_interval(self, interval: Duration) -> Self {
+        FlushPolicy { interval, ..self }
+    }
+
+    /// This policy with [`FlushPolicy::held_bytes_max`] set.
+    pub fn with_held_bytes_max(self, held_bytes_max: u64) -> Self {
+        FlushPolicy {
+            held_bytes_max,
+            ..self
+        }
+    }
+
+    /// This policy with [`FlushPolicy::window_blocks_max`] set (a value, or `None`).
+    pub fn with_window_blocks_max(self, window_blocks_max: impl Into<Option<u64>>) -> Self {
+        FlushPolicy {
+            window_blocks_max: window_blocks_max.into(),
+            ..self
+        }
+    }
+
+    /// This policy with [`FlushPolicy::background`] set.
+    pub fn with_background(self, background: bool) -> Self {
+        FlushPolicy { background, ..self }
+    }
+
     /// The trigger for a flush point now, if any. Pure.
     pub fn decide(&self, i: &FlushInputs) -> Option<FlushTrigger> {
         if i.held_blocks == 0 {

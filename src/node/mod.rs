@@ -30,7 +30,7 @@ mod deferred;
 mod events;
 mod execute;
 mod flush_thread;
-pub mod handshake;
+mod handshake;
 mod open;
 mod reads;
 mod recovery;
@@ -71,7 +71,23 @@ pub enum Mode {
     /// Consensus: per block, `save_block` (1 sync), results, app commit, state (4 in all).
     Consensus,
     /// The reference node's old path: consensus plus a second block-store sync (5 in all).
+    /// A benchmark baseline, not a mode to run a node in: only with the `testkit` feature
+    /// (the tool's `--mode legacy`, the benches and the tests).
+    #[cfg(feature = "testkit")]
+    #[doc(hidden)]
     Legacy,
+}
+
+impl Mode {
+    /// Whether each consensus block syncs the block store a second time ([`Mode::Legacy`]'s
+    /// extra write; never without the `testkit` feature).
+    fn second_block_store_sync(self) -> bool {
+        #[cfg(feature = "testkit")]
+        if self == Mode::Legacy {
+            return true;
+        }
+        false
+    }
 }
 
 /// What the handshake found and did.

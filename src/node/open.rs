@@ -72,8 +72,8 @@ impl<C: Chain> Node<C> {
             && stored != genesis_id
         {
             return Err(Error::GenesisMismatch {
-                stored: crate::hex(&stored),
-                given: crate::hex(&genesis_id),
+                stored: crate::error::hex(&stored),
+                given: crate::error::hex(&genesis_id),
             });
         }
         let case = case_at_open(state.is_some(), &observed)

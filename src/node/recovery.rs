@@ -251,8 +251,8 @@ impl<C: Chain> Node<C> {
             if info.app_hash != expected {
                 return Err(Error::AppHashMismatch {
                     height: h,
-                    expected: crate::hex(&expected),
-                    got: crate::hex(&info.app_hash),
+                    expected: crate::error::hex(&expected),
+                    got: crate::error::hex(&info.app_hash),
                 });
             }
         }

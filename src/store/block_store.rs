@@ -505,7 +505,7 @@ impl<B: ChainBlock> BlockStore<B> {
     /// `retain_height` must be at least the base (at the base, blocks an interrupted prune
     /// left below it are removed) and at most the height: otherwise
     /// [`Error::InvalidRetainHeight`], nothing written (CometBFT refuses a prune below the
-    /// base, as [`crate::StateStore::prune`] does).
+    /// base, as [`crate::store::StateStore::prune`] does).
     ///
     /// The base is raised first, in its own synced write, so a crash midway leaves a store
     /// whose base and height are right; blocks below the base left by such a crash are

@@ -18,10 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use flushpoint::codec::keys;
-use flushpoint::{
-    Batch, BlockStore, Db, DbWrapper, Direction, Durability, Error, KeyRange, MemoryDb,
-    PRUNE_BATCH_BLOCKS, Result,
-};
+use flushpoint::store::{BlockStore, PRUNE_BATCH_BLOCKS};
+use flushpoint::{Batch, Db, DbWrapper, Direction, Durability, Error, KeyRange, MemoryDb, Result};
 use support::{Saved, chain};
 
 type Image = BTreeMap<Bytes, Bytes>;
@@ -81,7 +79,7 @@ fn uncut(
     op: &dyn Fn(&BlockStore<flushpoint::demo::Block>) -> Result<()>,
 ) -> (Image, u64) {
     let mem = Arc::new(MemoryDb::from_map("block store", image.clone()));
-    let counting = flushpoint::CountingDb::new(mem.clone());
+    let counting = flushpoint::db::CountingDb::new(mem.clone());
     let counters = counting.counters();
     let store = BlockStore::<flushpoint::demo::Block>::open(Arc::new(counting)).unwrap();
     op(&store).unwrap();

@@ -21,12 +21,11 @@ fn kv_app(
 }
 
 fn policy(background: bool) -> FlushPolicy {
-    FlushPolicy {
-        interval: Duration::from_secs(3600),
-        held_bytes_max: u64::MAX,
-        window_blocks_max: None,
-        background,
-    }
+    FlushPolicy::default()
+        .with_interval(Duration::from_secs(3600))
+        .with_held_bytes_max(u64::MAX)
+        .with_window_blocks_max(None)
+        .with_background(background)
 }
 
 fn sync(node: &mut Node<flushpoint::demo::DemoChain>, spec: &ChainSpec, n: u64) {

@@ -43,18 +43,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use flushpoint::demo::{KvApp, State};
-use flushpoint::{
-    App, AppInfo, BlockStore, Event, HandshakeReport, HoldingDb, Node, RedbOptions, StateStore,
-};
+use flushpoint::store::{BlockStore, StateStore};
+use flushpoint::{App, AppInfo, Event, HandshakeReport, HoldingDb, Node, RedbOptions};
 use support::disk::{Fate, Lie, Sim};
 use support::full;
 use support::plan::{Plan, drive_observed, open_node};
 
 /// A small page cache, so that redb also writes pages in the middle of a transaction.
 fn options() -> RedbOptions {
-    RedbOptions {
-        cache_bytes: 64 * 1024,
-    }
+    RedbOptions::default().with_cache_bytes(64 * 1024)
 }
 
 const NAMES: [&str; 3] = ["block store", "state", "app"];

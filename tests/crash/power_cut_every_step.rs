@@ -48,10 +48,10 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use flushpoint::demo::{ChainSpec, KvApp, Profile, State};
+use flushpoint::store::{BlockStore, StateStore};
 use flushpoint::testing::{RecordingDb, WriteLog, WriteRecord};
 use flushpoint::{
-    App, AppInfo, BlockStore, Db, Durability, Event, EventSink, HandshakeCase, HoldingDb, MemoryDb,
-    Node, Op, StateStore,
+    App, AppInfo, Db, Durability, Event, EventSink, HandshakeCase, HoldingDb, MemoryDb, Node, Op,
 };
 use support::full;
 use support::plan::{Plan, drive, drive_observed, open_node};

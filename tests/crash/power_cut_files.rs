@@ -36,10 +36,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flushpoint::db::collect_range;
 use flushpoint::demo::{ChainSpec, KvApp, Profile, State};
+use flushpoint::testing::{DirFate, FileFate, SimFs, SimOp};
 use flushpoint::{
-    Batch, Db, DbWrapper, DirFate, Direction, Durability, Event, EventKind, FileFate, FlushPolicy,
-    HoldingDb, Home, KeyRange, Node, Op, RedbOptions, SimFs, SimOp, collect_range,
+    Batch, Db, DbWrapper, Direction, Durability, Event, EventKind, FlushPolicy, HoldingDb, Home,
+    KeyRange, Node, Op, RedbOptions,
 };
 use support::{check_events, file_fates, full};
 
@@ -61,9 +63,7 @@ fn seed() -> u64 {
 
 /// A small page cache, so that redb also writes pages in the middle of a transaction.
 fn options() -> RedbOptions {
-    RedbOptions {
-        cache_bytes: 64 * 1024,
-    }
+    RedbOptions::default().with_cache_bytes(64 * 1024)
 }
 
 fn spec() -> ChainSpec {
@@ -79,11 +79,9 @@ fn spec() -> ChainSpec {
 }
 
 fn policy() -> FlushPolicy {
-    FlushPolicy {
-        window_blocks_max: Some(WINDOW),
-        interval: Duration::from_secs(3600),
-        ..FlushPolicy::default()
-    }
+    FlushPolicy::default()
+        .with_window_blocks_max(Some(WINDOW))
+        .with_interval(Duration::from_secs(3600))
 }
 
 fn home() -> PathBuf {
@@ -174,7 +172,7 @@ fn check_layout(img: &SimFs) -> Result<(), String> {
     let names = img.list(&home());
     let want = format!(
         "flushpoint home format {}\n",
-        flushpoint::HOME_FORMAT_VERSION
+        flushpoint::home::HOME_FORMAT_VERSION
     );
     match img.read(&home().join("FORMAT")) {
         Some(b) if b == want.as_bytes() => Ok(()),
@@ -495,10 +493,10 @@ fn layout_oracle_rejects_databases_without_format_and_a_torn_format() {
     let fs = SimFs::new();
     drop(Home::open_on(Arc::new(fs.clone()), &home(), &options()).unwrap());
     check_layout(&fs).unwrap();
-    use flushpoint::FileSystem;
+    use flushpoint::fs::FileSystem;
     let format = home().join("FORMAT");
     let f = fs
-        .open_file(&format, flushpoint::OpenMode::Existing)
+        .open_file(&format, flushpoint::fs::OpenMode::Existing)
         .unwrap();
     f.set_len(10).unwrap();
     assert!(check_layout(&fs).unwrap_err().contains("FORMAT holds"));
@@ -538,7 +536,7 @@ fn recovery_check_rejects_an_image_that_lost_the_app_database() {
     )
     .unwrap();
     let img = fs.crash_image(DirFate::DropAll, FileFate::DropAll);
-    use flushpoint::FileSystem;
+    use flushpoint::fs::FileSystem;
     img.remove_file(&home().join("app.redb")).unwrap();
     let e = check_recovery(&img, &r, &want).unwrap_err();
     assert!(e.contains("app"), "{e}");

@@ -37,11 +37,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flushpoint::db::collect_range;
 use flushpoint::demo::{ChainSpec, KvApp, Profile, State};
+use flushpoint::journal::{Applier, JournalOptions};
+use flushpoint::testing::{DirFate, FileFate, SimFs};
 use flushpoint::{
-    Applier, Batch, Db, DbWrapper, DirFate, Direction, Durability, Error, FileFate, FlushPolicy,
-    HoldingDb, Home, HomeEngine, HomeOptions, JournalOptions, KeyRange, Node, Op, SimFs,
-    collect_range,
+    Batch, Db, DbWrapper, Direction, Durability, Error, FlushPolicy, HoldingDb, Home, HomeEngine,
+    HomeOptions, KeyRange, Node, Op,
 };
 use support::{file_fates, full};
 
@@ -70,17 +72,15 @@ fn seed() -> u64 {
 /// small segments and checkpoints (rolls, checkpoints and trims inside the run) and a small
 /// index cache (redb writes pages mid-transaction).
 fn options(engine: HomeEngine) -> HomeOptions {
-    HomeOptions {
-        engine: Some(engine),
-        journal: JournalOptions {
-            applier: Applier::Inline,
-            segment_bytes: 24 * 1024,
-            checkpoint_bytes: 16 * 1024,
-            index_cache_bytes: 64 * 1024,
-            ..JournalOptions::default()
-        },
-        ..HomeOptions::default()
-    }
+    HomeOptions::default()
+        .with_engine(Some(engine))
+        .with_journal(
+            JournalOptions::default()
+                .with_applier(Applier::Inline)
+                .with_segment_bytes(24 * 1024)
+                .with_checkpoint_bytes(16 * 1024)
+                .with_index_cache_bytes(64 * 1024),
+        )
 }
 
 fn spec() -> ChainSpec {
@@ -96,11 +96,9 @@ fn spec() -> ChainSpec {
 }
 
 fn policy() -> FlushPolicy {
-    FlushPolicy {
-        window_blocks_max: Some(WINDOW),
-        interval: Duration::from_secs(3600),
-        ..FlushPolicy::default()
-    }
+    FlushPolicy::default()
+        .with_window_blocks_max(Some(WINDOW))
+        .with_interval(Duration::from_secs(3600))
 }
 
 fn home() -> PathBuf {
@@ -355,15 +353,15 @@ fn power_cut_at_every_op_of_creating_and_syncing_a_journal_home_loses_nothing_ac
     // segment holds block parts the index points at, and the run prunes nothing (ADR 0013;
     // trims of such segments are cut in `tests/journal/power_cut.rs`).
     let log = uncut_fs.stats().log;
-    let seg = |op: flushpoint::SimOp| {
+    let seg = |op: flushpoint::testing::SimOp| {
         log.iter()
             .filter(|(o, p)| *o == op && p.extension().is_some_and(|e| e == "seg"))
             .count()
     };
     // A segment is created in place, or (prepared segments, ADR 0008) renamed in.
     let (segments_created, segments_deleted) = (
-        seg(flushpoint::SimOp::Create) + seg(flushpoint::SimOp::Rename),
-        seg(flushpoint::SimOp::Unlink),
+        seg(flushpoint::testing::SimOp::Create) + seg(flushpoint::testing::SimOp::Rename),
+        seg(flushpoint::testing::SimOp::Unlink),
     );
     println!(
         "power_cut_journal_home: uncut run: {total} ops, {segments_created} segments created, \
@@ -518,10 +516,10 @@ fn layout_oracle_rejects_a_journal_without_format_and_a_format_without_the_engin
     let fs = SimFs::new();
     drop(Home::open_on(Arc::new(fs.clone()), &home(), options(HomeEngine::Journal)).unwrap());
     assert!(check_layout(&fs).unwrap());
-    use flushpoint::FileSystem;
+    use flushpoint::fs::FileSystem;
     let format = home().join("FORMAT");
     let f = fs
-        .open_file(&format, flushpoint::OpenMode::Existing)
+        .open_file(&format, flushpoint::fs::OpenMode::Existing)
         .unwrap();
     f.set_len(25).unwrap();
     assert!(check_layout(&fs).unwrap_err().contains("FORMAT holds"));
@@ -550,7 +548,7 @@ fn recovery_check_rejects_an_image_that_lost_the_journals_segments() {
     // runs directory without its index is refused at open, naming the index (every write
     // was acknowledged: an empty home would lose them).
     let img = fs.crash_image(DirFate::KeepAll, FileFate::KeepAll);
-    use flushpoint::FileSystem;
+    use flushpoint::fs::FileSystem;
     // Every file under journal/, the app's runs (journal/runs/app/) included.
     fn remove_files(img: &SimFs, dir: &Path) {
         for name in img.list(dir) {

@@ -39,10 +39,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use flushpoint::demo::UNDO_RETENTION_BLOCKS;
-use flushpoint::{
-    Db, DirFate, Error, FileFate, FileSystem, HandshakeCase, Home, NoEvents, Node,
-    ROLLBACK_INTENT_FILE, SimFs,
-};
+use flushpoint::fs::FileSystem;
+use flushpoint::home::ROLLBACK_INTENT_FILE;
+use flushpoint::testing::{DirFate, FileFate, SimFs};
+use flushpoint::{Db, Error, HandshakeCase, Home, NoEvents, Node};
 use support::file_fates;
 use support::rollback_home::{Dump, app_of, dump_home, home, options, spec, synced_to};
 
@@ -82,7 +82,7 @@ fn diff(got: &Dump, want: &Dump) -> String {
                 "{name}: {} keys vs {} expected, first difference near {:?}",
                 got[i].len(),
                 want[i].len(),
-                key.map(|k| flushpoint::hex(&k))
+                key.map(|k| flushpoint::codec::hex(&k))
             );
         }
     }
@@ -298,7 +298,7 @@ fn interrupted_after_dir_sync(start: &SimFs, to: u64, nth: usize) -> SimFs {
     let k = log
         .iter()
         .enumerate()
-        .filter(|(_, (op, _))| *op == flushpoint::SimOp::SyncDir)
+        .filter(|(_, (op, _))| *op == flushpoint::testing::SimOp::SyncDir)
         .nth(nth - 1)
         .map(|(i, _)| i as u64 + 2)
         .unwrap_or_else(|| panic!("the rollback fsyncs the directory {nth} times: {log:?}"));
@@ -393,7 +393,7 @@ fn power_cut_at_every_op_of_a_rollback_is_finished_or_refused_never_wrong() {
                 &options(),
             )
             .unwrap();
-            assert_eq!(flushpoint::pending_rollback(&home).unwrap(), pending);
+            assert_eq!(flushpoint::home::pending_rollback(&home).unwrap(), pending);
         }
         sweep(
             &format!("rerun of the rollback to {to} from its app step"),
@@ -472,7 +472,7 @@ fn checks_reject_a_half_rolled_back_home_without_intent_and_a_wrong_app_value() 
 
     // 1. The block store rolled back alone: the handshake refuses the home.
     let img = wrong(&|h| {
-        flushpoint::BlockStore::<flushpoint::demo::Block>::open(
+        flushpoint::store::BlockStore::<flushpoint::demo::Block>::open(
             h.block_store_db.clone() as Arc<dyn Db>
         )
         .unwrap()
@@ -511,7 +511,7 @@ fn checks_reject_a_half_rolled_back_home_without_intent_and_a_wrong_app_value() 
         // Roll everything to `to`, then put block `to + 1` back in the block store.
         let fs2 = start.crash_image(DirFate::KeepAll, FileFate::KeepAll);
         let h2 = Home::open_on(Arc::new(fs2), &home(), &options()).unwrap();
-        let bs2 = flushpoint::BlockStore::<flushpoint::demo::Block>::open(
+        let bs2 = flushpoint::store::BlockStore::<flushpoint::demo::Block>::open(
             h2.block_store_db.clone() as Arc<dyn Db>,
         )
         .unwrap();
@@ -519,8 +519,8 @@ fn checks_reject_a_half_rolled_back_home_without_intent_and_a_wrong_app_value() 
         let seen = bs2.load_seen_commit(to + 1).unwrap().unwrap();
         let mut app = app_of(h).unwrap();
         flushpoint::rollback(h, &mut app, &spec().chain(), to).unwrap();
-        let bs = flushpoint::BlockStore::<flushpoint::demo::Block>::open(
-            h.block_store_db.clone() as Arc<dyn Db>
+        let bs = flushpoint::store::BlockStore::<flushpoint::demo::Block>::open(
+            h.block_store_db.clone() as Arc<dyn Db>,
         )
         .unwrap();
         bs.save_block(&block, &flushpoint::PartSet::from_block(&block), &seen)
@@ -545,7 +545,7 @@ fn an_older_tools_text_intent_is_refused_on_open_and_finished_by_a_rerun() {
     };
     let state_at_to = {
         let home = Home::open_on(Arc::new(synced_to(to)), &home(), &options()).unwrap();
-        flushpoint::StateStore::<flushpoint::demo::DemoChain>::open(
+        flushpoint::store::StateStore::<flushpoint::demo::DemoChain>::open(
             home.state_db.clone() as Arc<dyn Db>
         )
         .load_state()
@@ -558,8 +558,8 @@ fn an_older_tools_text_intent_is_refused_on_open_and_finished_by_a_rerun() {
             let home =
                 Home::open_for_rollback_on(Arc::new(fs.clone()), &home(), &options()).unwrap();
             if state_lowered {
-                flushpoint::StateStore::<flushpoint::demo::DemoChain>::open(
-                    home.state_db.clone() as Arc<dyn Db>
+                flushpoint::store::StateStore::<flushpoint::demo::DemoChain>::open(
+                    home.state_db.clone() as Arc<dyn Db>,
                 )
                 .rollback_to(&state_at_to, TOP)
                 .unwrap();
@@ -567,7 +567,7 @@ fn an_older_tools_text_intent_is_refused_on_open_and_finished_by_a_rerun() {
             let f = fs
                 .open_file(
                     &home.path().join(ROLLBACK_INTENT_FILE),
-                    flushpoint::OpenMode::CreateTruncate,
+                    flushpoint::fs::OpenMode::CreateTruncate,
                 )
                 .unwrap();
             f.write_at(0, format!("{to}\n").as_bytes()).unwrap();

@@ -25,9 +25,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use flushpoint::demo::{ChainSpec, DemoChain, KvApp, Profile};
+use flushpoint::journal::{Applier, JournalEngine, JournalOptions};
+use flushpoint::testing::SimFs;
 use flushpoint::{
-    Applier, Batch, Db, Durability, Event, EventSink, FlushPolicy, FlushTrigger, HoldingDb, Home,
-    HomeEngine, HomeOptions, JournalEngine, JournalOptions, MemoryDb, Node, ReadView, SimFs,
+    Batch, Db, Durability, Event, EventSink, FlushPolicy, FlushTrigger, HoldingDb, Home,
+    HomeEngine, HomeOptions, MemoryDb, Node, ReadView,
 };
 
 use support::fs::{Hook, HookedFs, SyncGate};
@@ -102,14 +104,14 @@ fn app_of(db: Arc<dyn Db>) -> flushpoint::Result<Box<dyn flushpoint::App<DemoCha
 /// A journal home's options with no background step by time (only a waiter or a sync
 /// moves the applier), so a held sync holds everything after it.
 fn journal_options() -> HomeOptions {
-    let mut o = HomeOptions::with_engine(HomeEngine::Journal);
+    let mut o = HomeOptions::default().with_engine(HomeEngine::Journal);
     o.journal.apply_batch_delay = HOUR;
     o.journal.checkpoint_interval = HOUR;
     o
 }
 
 fn open_home_node(
-    fs: Arc<dyn flushpoint::FileSystem>,
+    fs: Arc<dyn flushpoint::fs::FileSystem>,
     options: HomeOptions,
 ) -> (Node<DemoChain>, Fired) {
     let fired = Fired::default();
@@ -143,12 +145,11 @@ fn a_halt_heights_flush_point_is_durable_when_sync_block_returns_also_in_the_bac
         Box::new(fired.clone()),
     )
     .unwrap();
-    let policy = FlushPolicy {
-        interval: HOUR,
-        held_bytes_max: u64::MAX,
-        window_blocks_max: Some(2),
-        background: true,
-    };
+    let policy = FlushPolicy::default()
+        .with_interval(HOUR)
+        .with_held_bytes_max(u64::MAX)
+        .with_window_blocks_max(Some(2))
+        .with_background(true);
     node.start_block_sync(policy, Instant::now()).unwrap();
     let mut last = None;
     while node.height() < halt {
@@ -212,7 +213,10 @@ fn a_consensus_block_is_not_durable_nor_fires_before_its_writes_journal() {
 
 #[test]
 fn a_consensus_block_is_not_durable_nor_fires_before_its_writes_redb() {
-    a_consensus_block_cut_at_each_write(HomeOptions::with_engine(HomeEngine::Redb), "redb");
+    a_consensus_block_cut_at_each_write(
+        HomeOptions::default().with_engine(HomeEngine::Redb),
+        "redb",
+    );
 }
 
 #[test]
@@ -222,7 +226,9 @@ fn a_window_in_flight_stays_held_until_its_unit_is_durable_journal() {
 
 #[test]
 fn a_window_in_flight_stays_held_until_its_batches_are_durable_redb() {
-    a_window_in_flight_stays_held_until_durable(HomeOptions::with_engine(HomeEngine::Redb));
+    a_window_in_flight_stays_held_until_durable(
+        HomeOptions::default().with_engine(HomeEngine::Redb),
+    );
 }
 
 /// A background flush point whose first sync is held: the window stays readable, the
@@ -233,12 +239,11 @@ fn a_window_in_flight_stays_held_until_durable(options: HomeOptions) {
     hooked.gate.open();
     let (mut node, fired) = open_home_node(Arc::new(hooked.clone()), options);
     let _open = OpenOnDrop(hooked.gate.clone());
-    let policy = FlushPolicy {
-        interval: HOUR,
-        held_bytes_max: u64::MAX,
-        window_blocks_max: Some(3),
-        background: true,
-    };
+    let policy = FlushPolicy::default()
+        .with_interval(HOUR)
+        .with_held_bytes_max(u64::MAX)
+        .with_window_blocks_max(Some(3))
+        .with_background(true);
     node.start_block_sync(policy, Instant::now()).unwrap();
     for _ in 0..2 {
         let (b, p, c) = spec().next_block(node.state());
@@ -307,14 +312,12 @@ fn a_small_synced_unit_is_readable_only_once_its_sync_returns() {
     let fs = SimFs::new();
     let hooked = HookedFs::new(fs.clone(), Hook::HoldSyncsUnder(PathBuf::from(JDIR)));
     hooked.gate.open();
-    let options = JournalOptions {
-        applier: Applier::Background,
-        apply_batch_delay: HOUR,
-        checkpoint_interval: HOUR,
-        checkpoint_bytes: 1 << 30,
-        prepare_segments: false,
-        ..JournalOptions::default()
-    };
+    let options = JournalOptions::default()
+        .with_applier(Applier::Background)
+        .with_apply_batch_delay(HOUR)
+        .with_checkpoint_interval(HOUR)
+        .with_checkpoint_bytes(1 << 30)
+        .with_prepare_segments(false);
     let engine = JournalEngine::open(Arc::new(hooked.clone()), Path::new(JDIR), options).unwrap();
     let a = engine.keyspace("a").unwrap();
     let b = engine.keyspace("b").unwrap();

@@ -27,11 +27,12 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use flushpoint::db::{CountingDb, collect_range};
 use flushpoint::demo::{ChainSpec, DemoChain, KvApp, Profile};
 use flushpoint::testing::{FailAfter, FailingDb, RecordingDb, WriteLog, WriteRecord};
 use flushpoint::{
-    App, Chain, ChainBlock, ChainState, CountingDb, Db, Direction, Durability, FlushTrigger,
-    HandshakeCase, HoldingDb, KeyRange, MemoryDb, NoEvents, Node, PartSet, collect_range,
+    App, Chain, ChainBlock, ChainState, Db, Direction, Durability, FlushTrigger, HandshakeCase,
+    HoldingDb, KeyRange, MemoryDb, NoEvents, Node, PartSet,
 };
 use support::ledger::{self, Ledger, LedgerApp};
 
@@ -156,10 +157,7 @@ fn drive<C: TestChain>(
 ) -> flushpoint::Result<()> {
     let now = Instant::now();
     if node.height() < shape.sync_blocks {
-        let policy = flushpoint::FlushPolicy {
-            background: shape.background,
-            ..flushpoint::FlushPolicy::default()
-        };
+        let policy = flushpoint::FlushPolicy::default().with_background(shape.background);
         node.start_block_sync(policy, now)?;
         while node.height() < shape.sync_blocks {
             let (b, p, s) = chain.next(node.state());
@@ -300,11 +298,11 @@ fn check_recovery(
         return Err(format!(
             "{what}: resumed tip ({}, {}, {}) differs from the uncut run's ({}, {}, {})",
             got.height,
-            flushpoint::hex(&got.block_hash),
-            flushpoint::hex(&got.app_hash),
+            flushpoint::codec::hex(&got.block_hash),
+            flushpoint::codec::hex(&got.app_hash),
             want.height,
-            flushpoint::hex(&want.block_hash),
-            flushpoint::hex(&want.app_hash)
+            flushpoint::codec::hex(&want.block_hash),
+            flushpoint::codec::hex(&want.app_hash)
         ));
     }
     for (i, name) in ["block store", "state", "app"].iter().enumerate() {
@@ -462,10 +460,7 @@ fn fsync_counts<C: TestChain>(chain: &C) {
     let dbs: [Arc<dyn Db>; 3] = [0, 1, 2].map(|i| counting[i].clone() as Arc<dyn Db>);
     let (mut node, _) = open(chain, &dbs).expect("open");
     let now = Instant::now();
-    let synchronous = flushpoint::FlushPolicy {
-        background: false,
-        ..flushpoint::FlushPolicy::default()
-    };
+    let synchronous = flushpoint::FlushPolicy::default().with_background(false);
     node.start_block_sync(synchronous, now).unwrap();
     let before = synced(&counting);
     for _ in 0..4 {
@@ -554,10 +549,7 @@ fn handshake_repairs<C: TestChain>(chain: &C) {
     let (mut cut, _) = open(chain, &failing(&mem, &budget)).unwrap();
     let now = Instant::now();
     cut.start_block_sync(
-        flushpoint::FlushPolicy {
-            background: false,
-            ..flushpoint::FlushPolicy::default()
-        },
+        flushpoint::FlushPolicy::default().with_background(false),
         now,
     )
     .unwrap();

@@ -31,10 +31,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use flushpoint::db::collect_range;
+use flushpoint::fs::{FileSystem, StdFs};
+use flushpoint::journal::{
+    Applier, JournalEngine, JournalOptions, KeyspaceOptions, SEPARATE_VALUES_MIN_BYTES,
+};
+use flushpoint::testing::SimFs;
 use flushpoint::{
-    Applier, Batch, Db, DbWrapper, Direction, Durability, FileSystem, JournalEngine,
-    JournalOptions, KeyRange, KeyspaceOptions, MemoryDb, RedbDb, RedbOptions,
-    SEPARATE_VALUES_MIN_BYTES, SimFs, StdFs, collect_range,
+    Batch, Db, DbWrapper, Direction, Durability, KeyRange, MemoryDb, RedbDb, RedbOptions,
 };
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 
@@ -56,18 +60,16 @@ const KEYSPACE: &str = "conformance";
 const DECOY: &str = "decoy";
 
 fn small(applier: Applier) -> JournalOptions {
-    JournalOptions {
-        segment_bytes: SMALL_SEGMENT_BYTES,
-        checkpoint_bytes: SMALL_CHECKPOINT_BYTES,
-        overlay_bytes_max: SMALL_OVERLAY_BYTES,
+    JournalOptions::default()
+        .with_segment_bytes(SMALL_SEGMENT_BYTES)
+        .with_checkpoint_bytes(SMALL_CHECKPOINT_BYTES)
+        .with_overlay_bytes_max(SMALL_OVERLAY_BYTES)
         // The background applier applies each unit at once: reads race its commits.
-        apply_batch_delay: std::time::Duration::ZERO,
-        applier,
+        .with_apply_batch_delay(std::time::Duration::ZERO)
+        .with_applier(applier)
         // With the background applier every synced unit is applied while it is synced:
         // reads race that step and its commit too.
-        apply_while_syncing_bytes_min: 0,
-        ..JournalOptions::default()
-    }
+        .with_apply_while_syncing_bytes_min(0)
 }
 
 /// Body bytes of a run's block in the runs fixtures. Why: a case writes tens of small
@@ -137,9 +139,7 @@ impl Fixture {
     fn redb() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("db.redb");
-        let options = RedbOptions {
-            cache_bytes: TEST_CACHE_BYTES,
-        };
+        let options = RedbOptions::default().with_cache_bytes(TEST_CACHE_BYTES);
         Self::reopenable(
             move || Box::new(RedbDb::open(&path, "conformance", &options).expect("open redb")),
             Some(dir),
@@ -200,10 +200,7 @@ impl Fixture {
         Self::journal_with(
             Arc::new(SimFs::new()),
             "/j".into(),
-            JournalOptions {
-                run_block_bytes: RUN_BLOCK_BYTES_SMALL,
-                ..small(Applier::Inline)
-            },
+            small(Applier::Inline).with_run_block_bytes(RUN_BLOCK_BYTES_SMALL),
             keyspace,
             None,
         )
@@ -215,10 +212,7 @@ impl Fixture {
         Self::journal_with(
             Arc::new(StdFs),
             dir,
-            JournalOptions {
-                run_block_bytes: RUN_BLOCK_BYTES_SMALL,
-                ..small(Applier::Background)
-            },
+            small(Applier::Background).with_run_block_bytes(RUN_BLOCK_BYTES_SMALL),
             KeyspaceOptions::indexed_by_runs(),
             Some(tmp),
         )
@@ -306,7 +300,13 @@ fn expected_range(
 fn show(entries: &[(Bytes, Bytes)]) -> Vec<String> {
     entries
         .iter()
-        .map(|(k, v)| format!("{}={}", flushpoint::hex(k), flushpoint::hex(v)))
+        .map(|(k, v)| {
+            format!(
+                "{}={}",
+                flushpoint::codec::hex(k),
+                flushpoint::codec::hex(v)
+            )
+        })
         .collect()
 }
 

@@ -1,8 +1,9 @@
 //! An embedder's own record types: framed, checksummed and kind-checked like flushpoint's,
 //! with tags from the embedder's range (`0x40..=0xff`), no list of ours to edit.
 
+use flushpoint::CorruptReason;
 use flushpoint::codec::{Reader, RecordKind, Writer};
-use flushpoint::{CorruptReason, Record, decode, encode};
+use flushpoint::records::{Record, decode, encode};
 
 /// An embedder's record: a counter.
 #[derive(Debug, PartialEq, Eq)]

@@ -34,9 +34,7 @@ use support::full;
 use support::plan::{Plan, drive, open_node};
 
 fn options() -> RedbOptions {
-    RedbOptions {
-        cache_bytes: 64 * 1024,
-    }
+    RedbOptions::default().with_cache_bytes(64 * 1024)
 }
 
 type Final = (State, AppInfo);

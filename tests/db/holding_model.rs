@@ -17,10 +17,9 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use bytes::Bytes;
+use flushpoint::holding::HeldWrite;
 use flushpoint::testing::{FailAfter, FailingDb};
-use flushpoint::{
-    Batch, Db, Direction, Durability, Error, HeldWrite, HoldingDb, KeyRange, MemoryDb,
-};
+use flushpoint::{Batch, Db, Direction, Durability, Error, HoldingDb, KeyRange, MemoryDb};
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 
 /// Keys from a small alphabet, so operations collide on the same keys often.

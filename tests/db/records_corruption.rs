@@ -16,9 +16,9 @@ use bytes::Bytes;
 use flushpoint::codec::{FORMAT_VERSION, keys};
 use flushpoint::demo::DemoHistory;
 use flushpoint::demo::{BlockResults, ConsensusParams, State, TxResult, Validator, ValidatorSet};
-use flushpoint::{
-    Batch, BlockStore, CorruptReason, Db, Durability, Error, FlushRecord, MemoryDb, StateStore,
-};
+use flushpoint::records::FlushRecord;
+use flushpoint::store::{BlockStore, StateStore};
+use flushpoint::{Batch, CorruptReason, Db, Durability, Error, MemoryDb};
 use support::{Saved, chain};
 
 /// One stored record and the store call that loads it.
@@ -38,7 +38,7 @@ impl Case<'_> {
             panic!(
                 "{}: nothing stored at {}",
                 self.name,
-                flushpoint::hex(&self.key)
+                flushpoint::codec::hex(&self.key)
             )
         })
     }

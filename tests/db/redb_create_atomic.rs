@@ -47,7 +47,8 @@ fn creation_never_exposes_the_real_name_before_the_database_is_complete() {
 /// creation and leaves no leftover.
 #[test]
 fn creation_cut_at_every_file_system_op_never_names_a_half_created_file() {
-    use flushpoint::{DirFate, FileFate, FileSystem, SimFs};
+    use flushpoint::fs::FileSystem;
+    use flushpoint::testing::{DirFate, FileFate, SimFs};
     use std::path::Path;
     use std::sync::Arc;
     let path = Path::new("/db/state.redb");

@@ -21,7 +21,7 @@ fn spec() -> ChainSpec {
 
 /// A home on `engine` synced to height 12 (8 block-synced, 4 consensus), cleanly stopped.
 fn synced_home(dir: &Path, engine: HomeEngine) {
-    let home = Home::open_with(dir, HomeOptions::with_engine(engine)).unwrap();
+    let home = Home::open_with(dir, HomeOptions::default().with_engine(engine)).unwrap();
     let (mut node, _) = Node::open_home(
         home,
         |app_db: Arc<dyn Db>| Ok(Box::new(KvApp::open(Arc::new(HoldingDb::new(app_db)))?)),
@@ -99,7 +99,7 @@ fn a_home_without_its_format_is_refused_on_either_engine_and_left_as_it_was() {
         // Whatever engine is asked for, or none.
         for asked in [None, Some(HomeEngine::Redb), Some(HomeEngine::Journal)] {
             let options = match asked {
-                Some(e) => HomeOptions::with_engine(e),
+                Some(e) => HomeOptions::default().with_engine(e),
                 None => HomeOptions::default(),
             };
             assert_refused(tmp.path(), options, names);
@@ -126,7 +126,7 @@ fn a_redb_home_whose_format_names_the_journal_is_refused() {
     let journal = tempfile::tempdir().unwrap();
     Home::open_with(
         journal.path(),
-        HomeOptions::with_engine(HomeEngine::Journal),
+        HomeOptions::default().with_engine(HomeEngine::Journal),
     )
     .unwrap();
     let journal_format = std::fs::read(format_path(journal.path())).unwrap();
@@ -146,10 +146,10 @@ fn a_directory_with_a_lock_file_only_or_a_format_without_databases_opens_as_new(
         // A lock file alone: an open that stopped before its FORMAT was written.
         let tmp = tempfile::tempdir().unwrap();
         std::fs::write(tmp.path().join("LOCK"), b"").unwrap();
-        drop(Home::open_with(tmp.path(), HomeOptions::with_engine(engine)).unwrap());
+        drop(Home::open_with(tmp.path(), HomeOptions::default().with_engine(engine)).unwrap());
         // A FORMAT whose databases were never created: a cut between the two.
         let tmp = tempfile::tempdir().unwrap();
-        drop(Home::open_with(tmp.path(), HomeOptions::with_engine(engine)).unwrap());
+        drop(Home::open_with(tmp.path(), HomeOptions::default().with_engine(engine)).unwrap());
         let format = std::fs::read(format_path(tmp.path())).unwrap();
         let fresh = tempfile::tempdir().unwrap();
         std::fs::write(format_path(fresh.path()), format).unwrap();

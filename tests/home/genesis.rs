@@ -6,11 +6,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use flushpoint::codec::hex;
 use flushpoint::codec::keys;
 use flushpoint::demo::{ChainSpec, Genesis, KvApp, Profile};
 use flushpoint::{
     Batch, Db, Durability, Error, ErrorKind, HandshakeCase, HoldingDb, MemoryDb, NoEvents, Node,
-    hex,
 };
 
 struct Dbs([Arc<MemoryDb>; 3]);

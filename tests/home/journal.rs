@@ -13,13 +13,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flushpoint::demo::{ChainSpec, DemoChain, KvApp, Profile, State};
+use flushpoint::testing::SimFs;
 use flushpoint::{
     Db, Error, ErrorKind, FlushPolicy, HandshakeCase, HoldingDb, Home, HomeEngine, HomeOptions,
-    NoEvents, Node, SimFs,
+    NoEvents, Node,
 };
 
 fn journal() -> HomeOptions {
-    HomeOptions::with_engine(HomeEngine::Journal)
+    HomeOptions::default().with_engine(HomeEngine::Journal)
 }
 
 fn spec() -> ChainSpec {
@@ -45,11 +46,9 @@ fn sync(home: Home, consensus_to: u64, to: u64) -> State {
         let (b, p, c) = spec().next_block(node.state());
         node.commit_block(&b, &p, &c).unwrap();
     }
-    let policy = FlushPolicy {
-        window_blocks_max: Some(4),
-        interval: Duration::from_secs(3600),
-        ..FlushPolicy::default()
-    };
+    let policy = FlushPolicy::default()
+        .with_window_blocks_max(Some(4))
+        .with_interval(Duration::from_secs(3600));
     node.start_block_sync(policy, Instant::now()).unwrap();
     while node.height() < to {
         let (b, p, c) = spec().next_block(node.state());
@@ -101,7 +100,11 @@ fn a_journal_home_records_its_engine_and_reopens_on_it_unasked() {
         ["FORMAT", "LOCK", "journal"],
         "no redb file beside it"
     );
-    assert!(path.join("journal").join(flushpoint::INDEX_FILE).exists());
+    assert!(
+        path.join("journal")
+            .join(flushpoint::journal::INDEX_FILE)
+            .exists()
+    );
 
     // Unasked, and asked for its own engine: the journal, with the write in it.
     for options in [HomeOptions::default(), journal()] {
@@ -118,14 +121,14 @@ fn a_journal_home_records_its_engine_and_reopens_on_it_unasked() {
     // always was. Unasked, a new home is a journal home (HOME_ENGINE_DEFAULT).
     let redb = dir.path().join("redb");
     assert_eq!(
-        Home::open_with(&redb, HomeOptions::with_engine(HomeEngine::Redb))
+        Home::open_with(&redb, HomeOptions::default().with_engine(HomeEngine::Redb))
             .unwrap()
             .engine(),
         HomeEngine::Redb
     );
     let unasked = dir.path().join("unasked");
     assert_eq!(Home::open(&unasked).unwrap().engine(), HomeEngine::Journal);
-    assert_eq!(flushpoint::HOME_ENGINE_DEFAULT, HomeEngine::Journal);
+    assert_eq!(flushpoint::home::HOME_ENGINE_DEFAULT, HomeEngine::Journal);
     // Options made from redb's: a new home on redb, an existing one on its own engine.
     let from_redb = dir.path().join("from_redb");
     let redb_options = flushpoint::RedbOptions::default();
@@ -176,13 +179,13 @@ fn another_engine_than_the_recorded_one_is_refused_naming_both_and_nothing_is_wr
     ] {
         let path = dir.path().join(recorded.name());
         drop(sync(
-            Home::open_with(&path, HomeOptions::with_engine(recorded)).unwrap(),
+            Home::open_with(&path, HomeOptions::default().with_engine(recorded)).unwrap(),
             2,
             6,
         ));
         let before = tree(&path);
         expect_engine_refused(
-            Home::open_with(&path, HomeOptions::with_engine(asked)),
+            Home::open_with(&path, HomeOptions::default().with_engine(asked)),
             recorded,
             &path,
         );
@@ -205,7 +208,7 @@ fn another_engine_than_the_recorded_one_is_refused_naming_both_and_nothing_is_wr
         Home::open_on(
             Arc::new(fs.clone()),
             path,
-            HomeOptions::with_engine(HomeEngine::Redb),
+            HomeOptions::default().with_engine(HomeEngine::Redb),
         ),
         HomeEngine::Journal,
         path,
@@ -318,11 +321,13 @@ fn a_new_journal_home_keeps_parts_in_the_journal_and_an_older_one_in_the_index()
     let (new_options, _) = block_store(&new);
     assert_eq!(
         new_options,
-        flushpoint::KeyspaceOptions::separating_values_from(flushpoint::SEPARATE_VALUES_FROM_BYTES)
+        flushpoint::journal::KeyspaceOptions::separating_values_from(
+            flushpoint::journal::SEPARATE_VALUES_FROM_BYTES
+        )
     );
     assert_eq!(
         block_store(&old),
-        (flushpoint::KeyspaceOptions::default(), 0),
+        (flushpoint::journal::KeyspaceOptions::default(), 0),
         "an older home's parts stay in the index"
     );
     // Its FORMAT is left as it was.
@@ -342,15 +347,9 @@ fn a_journal_home_with_app_runs_records_them_matches_the_tree_and_refuses_the_ot
     let dir = tempfile::tempdir().unwrap();
     let runs = dir.path().join("runs");
     let tree_home = dir.path().join("tree");
-    let with_runs = HomeOptions {
-        app_index: Some(flushpoint::KeyspaceIndex::Runs),
-        ..journal()
-    };
+    let with_runs = journal().with_app_index(Some(flushpoint::journal::KeyspaceIndex::Runs));
     let on_runs = sync(Home::open_with(&runs, with_runs.clone()).unwrap(), 3, 30);
-    let as_tree = HomeOptions {
-        app_index: Some(flushpoint::KeyspaceIndex::Tree),
-        ..journal()
-    };
+    let as_tree = journal().with_app_index(Some(flushpoint::journal::KeyspaceIndex::Tree));
     let on_tree = sync(Home::open_with(&tree_home, as_tree.clone()).unwrap(), 3, 30);
     assert_eq!(on_runs, on_tree, "runs and the tree disagree on the chain");
     assert_eq!(
@@ -363,8 +362,8 @@ fn a_journal_home_with_app_runs_records_them_matches_the_tree_and_refuses_the_ot
         // Its runs point at the app's values of 1 KiB or more in the journal (ADR 0016).
         assert_eq!(
             engine.keyspace("app").unwrap().options(),
-            flushpoint::KeyspaceOptions::indexed_by_runs()
-                .with_values_separated_from(flushpoint::SEPARATE_VALUES_FROM_BYTES)
+            flushpoint::journal::KeyspaceOptions::indexed_by_runs()
+                .with_values_separated_from(flushpoint::journal::SEPARATE_VALUES_FROM_BYTES)
         );
         assert!(engine.usage().unwrap().keyspaces["app"].entries > 0);
     }
@@ -389,10 +388,9 @@ fn a_journal_home_with_app_runs_records_them_matches_the_tree_and_refuses_the_ot
     ));
     // Runs on a redb home: refused before its FORMAT exists.
     let redb_home = dir.path().join("redb");
-    let redb_runs = HomeOptions {
-        app_index: Some(flushpoint::KeyspaceIndex::Runs),
-        ..HomeOptions::with_engine(HomeEngine::Redb)
-    };
+    let redb_runs = HomeOptions::default()
+        .with_engine(HomeEngine::Redb)
+        .with_app_index(Some(flushpoint::journal::KeyspaceIndex::Runs));
     assert!(matches!(
         Home::open_with(&redb_home, redb_runs),
         Err(Error::InvalidInput(_))
@@ -411,16 +409,13 @@ fn a_journal_homes_files_forward_a_failed_writeback_start() {
     let fs = SimFs::new();
     let path = Path::new("/h");
     let runs = path
-        .join(flushpoint::JOURNAL_DIR)
-        .join(flushpoint::RUNS_DIR);
+        .join(flushpoint::home::JOURNAL_DIR)
+        .join(flushpoint::journal::RUNS_DIR);
     let hooked = HookedFs::new(fs.clone(), Hook::FailWritebackUnder(runs));
-    let options = HomeOptions {
-        journal: flushpoint::JournalOptions {
-            applier: flushpoint::Applier::Inline,
-            ..flushpoint::JournalOptions::default()
-        },
-        ..journal()
-    };
+    let options = journal().with_journal(
+        flushpoint::journal::JournalOptions::default()
+            .with_applier(flushpoint::journal::Applier::Inline),
+    );
     let home = Home::open_on(Arc::new(hooked), path, options).unwrap();
     let mut b = flushpoint::Batch::new();
     b.put(&b"k"[..], &b"v"[..]);

@@ -11,9 +11,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use flushpoint::demo::{Block, ChainSpec, KvApp, Profile};
+use flushpoint::store::BlockStore;
 use flushpoint::testing::DirSnapshot;
 use flushpoint::{
-    BlockStore, Db, Error, FlushPolicy, HoldingDb, Home, HomeEngine, HomeOptions, NoEvents, Node,
+    Db, Error, FlushPolicy, HoldingDb, Home, HomeEngine, HomeOptions, NoEvents, Node,
 };
 
 /// The height the home is synced to: above the demo app's undo window, so that a rollback
@@ -39,7 +40,7 @@ fn open_node(
 
 /// A home on `engine` synced to [`TOP`] (24 block-synced, the rest consensus), stopped.
 fn synced_home(dir: &Path, engine: HomeEngine) {
-    let home = Home::open_with(dir, HomeOptions::with_engine(engine)).unwrap();
+    let home = Home::open_with(dir, HomeOptions::default().with_engine(engine)).unwrap();
     let mut node = open_node(home, &spec()).unwrap();
     node.start_block_sync(FlushPolicy::default(), Instant::now())
         .unwrap();
@@ -141,7 +142,7 @@ fn the_other_engine_asked_for_writes_nothing() {
             engine,
             "the other engine",
             |_| {},
-            |dir| Home::open_read_only(dir, HomeOptions::with_engine(other)).map(|_| ()),
+            |dir| Home::open_read_only(dir, HomeOptions::default().with_engine(other)).map(|_| ()),
             |e| matches!(e, Error::HomeEngine { .. }),
         );
     }
@@ -178,7 +179,7 @@ fn a_writable_open_refuses_the_same_homes() {
             HomeEngine::Redb => HomeEngine::Journal,
             _ => HomeEngine::Redb,
         };
-        let e = Home::open_with(tmp.path(), HomeOptions::with_engine(other)).unwrap_err();
+        let e = Home::open_with(tmp.path(), HomeOptions::default().with_engine(other)).unwrap_err();
         assert!(matches!(e, Error::HomeEngine { .. }), "{engine}: {e}");
         let node = open_node(Home::open(tmp.path()).unwrap(), &spec()).unwrap();
         assert_eq!(node.height(), TOP, "{engine}: the refusals lost nothing");

@@ -25,10 +25,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use flushpoint::demo::{Block, DemoChain, KvApp};
-use flushpoint::{
-    App, AppInfo, BlockStore, Db, Error, FileSystem, Home, ROLLBACK_INTENT_FILE, RollbackRefusal,
-    RollbackReport, SimFs,
-};
+use flushpoint::fs::FileSystem;
+use flushpoint::home::ROLLBACK_INTENT_FILE;
+use flushpoint::store::BlockStore;
+use flushpoint::testing::SimFs;
+use flushpoint::{App, AppInfo, Db, Error, Home, RollbackRefusal, RollbackReport};
 use support::rollback_home::{Dump, app_of, dump_home, home, options, spec, synced_to};
 
 /// The height the home is synced to.

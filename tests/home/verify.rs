@@ -26,7 +26,7 @@ fn spec() -> ChainSpec {
 }
 
 fn synced_home(dir: &Path, engine: HomeEngine) {
-    let home = Home::open_with(dir, HomeOptions::with_engine(engine)).unwrap();
+    let home = Home::open_with(dir, HomeOptions::default().with_engine(engine)).unwrap();
     let (mut node, _) = Node::open_home(
         home,
         |db: Arc<dyn Db>| Ok(Box::new(KvApp::open(Arc::new(HoldingDb::new(db)))?)),

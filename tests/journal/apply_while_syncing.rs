@@ -20,10 +20,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use flushpoint::{
-    Applier, Batch, Db, DirFate, Durability, FileFate, JournalEngine, JournalOptions,
-    KeyspaceOptions, RUNS_DIR, SimFs,
-};
+use flushpoint::journal::{Applier, JournalEngine, JournalOptions, KeyspaceOptions, RUNS_DIR};
+use flushpoint::testing::{DirFate, FileFate, SimFs};
+use flushpoint::{Batch, Db, Durability};
 
 use support::fs::{Hook, HookedFs};
 
@@ -39,17 +38,15 @@ const NOT_WITHIN: Duration = Duration::from_millis(300);
 const KEYS: u32 = 50;
 
 fn options(apply_while_syncing_bytes_min: u64) -> JournalOptions {
-    JournalOptions {
-        applier: Applier::Background,
+    JournalOptions::default()
+        .with_applier(Applier::Background)
         // No step by the batching clock or by time: only a waiter, or a placed unit.
-        apply_batch_delay: Duration::from_secs(3600),
-        checkpoint_interval: Duration::from_secs(3600),
-        checkpoint_bytes: 1 << 30,
+        .with_apply_batch_delay(Duration::from_secs(3600))
+        .with_checkpoint_interval(Duration::from_secs(3600))
+        .with_checkpoint_bytes(1 << 30)
         // Every segment file is a plain one (no spare the applier syncs itself).
-        prepare_segments: false,
-        apply_while_syncing_bytes_min,
-        ..JournalOptions::default()
-    }
+        .with_prepare_segments(false)
+        .with_apply_while_syncing_bytes_min(apply_while_syncing_bytes_min)
 }
 
 fn value(i: u32) -> Bytes {
@@ -74,11 +71,11 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 
 struct Opened {
     engine: JournalEngine,
-    app: Arc<flushpoint::JournalDb>,
-    plain: Arc<flushpoint::JournalDb>,
+    app: Arc<flushpoint::journal::JournalDb>,
+    plain: Arc<flushpoint::journal::JournalDb>,
 }
 
-fn open(fs: Arc<dyn flushpoint::FileSystem>, options: JournalOptions) -> Opened {
+fn open(fs: Arc<dyn flushpoint::fs::FileSystem>, options: JournalOptions) -> Opened {
     let engine = JournalEngine::open(fs, Path::new(DIR), options).expect("open");
     let app = engine
         .keyspace_with(APP, KeyspaceOptions::indexed_by_runs())
@@ -103,7 +100,7 @@ fn write_unit_beside(opened: &Opened) -> std::thread::JoinHandle<flushpoint::Res
 }
 
 /// Waits until every unit written so far is applied (the journal's `UnitGroup` wait).
-fn wait_applied(db: &flushpoint::JournalDb) -> flushpoint::Result<()> {
+fn wait_applied(db: &flushpoint::journal::JournalDb) -> flushpoint::Result<()> {
     db.unit_group()
         .expect("a journal keyspace is a group member")
         .group

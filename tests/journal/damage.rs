@@ -15,22 +15,22 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flushpoint::{
-    Applier, Batch, Db, DirFate, Durability, Error, ErrorKind, FileFate, FileSystem, JournalEngine,
-    JournalOptions, KeyspaceOptions, OpenMode, SimFs, segment_file_name,
+use flushpoint::fs::{FileSystem, OpenMode};
+use flushpoint::journal::{
+    Applier, JournalEngine, JournalOptions, KeyspaceOptions, segment_file_name,
 };
+use flushpoint::testing::{DirFate, FileFate, SimFs};
+use flushpoint::{Batch, Db, Durability, Error, ErrorKind};
 
 const DIR: &str = "/j";
 
 fn options(segment_bytes: u64) -> JournalOptions {
-    JournalOptions {
-        segment_bytes,
+    JournalOptions::default()
+        .with_segment_bytes(segment_bytes)
         // Checkpoints only when the test takes one.
-        checkpoint_bytes: u64::MAX / 2,
-        applier: Applier::Inline,
-        prepare_segments: false,
-        ..JournalOptions::default()
-    }
+        .with_checkpoint_bytes(u64::MAX / 2)
+        .with_applier(Applier::Inline)
+        .with_prepare_segments(false)
 }
 
 fn open(fs: &SimFs, segment_bytes: u64) -> flushpoint::Result<JournalEngine> {
@@ -238,7 +238,7 @@ fn a_deleted_index_beside_a_retired_first_segment_is_refused_naming_it() {
     engine.checkpoint().unwrap();
     drop(engine);
     assert!(fs.read(&seg(0)).is_none(), "the first segment was retired");
-    let index = Path::new(DIR).join(flushpoint::INDEX_FILE);
+    let index = Path::new(DIR).join(flushpoint::journal::INDEX_FILE);
     fs.remove_file(&index).unwrap();
     let listed = fs.list(Path::new(DIR));
     let before = fs.fingerprint();

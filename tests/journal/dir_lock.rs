@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flushpoint::{Batch, Db, Durability, Error, ErrorKind, JournalEngine, JournalOptions, StdFs};
+use flushpoint::fs::StdFs;
+use flushpoint::journal::{JournalEngine, JournalOptions};
+use flushpoint::{Batch, Db, Durability, Error, ErrorKind};
 
 fn put(engine: &JournalEngine, key: &'static [u8]) {
     let ks = engine.keyspace("ks").unwrap();

@@ -47,10 +47,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use flushpoint::{
-    Applier, Batch, Db, DirFate, Direction, Durability, ErrorKind, FileFate, FileSystem,
-    JournalEngine, JournalOptions, KeyRange, OpenMode, SimFs, SimOp, collect_range,
-};
+use flushpoint::db::collect_range;
+use flushpoint::fs::{FileSystem, OpenMode};
+use flushpoint::journal::{Applier, JournalEngine, JournalOptions};
+use flushpoint::testing::{DirFate, FileFate, SimFs, SimOp};
+use flushpoint::{Batch, Db, Direction, Durability, ErrorKind, KeyRange};
 use support::{Rng, full};
 
 const DIR: &str = "/data/journal";
@@ -75,16 +76,14 @@ const BURST_UNITS: u32 = 3;
 const FAILURES_PRINTED: usize = 20;
 
 fn options(applier: Applier) -> JournalOptions {
-    JournalOptions {
-        segment_bytes: SEGMENT_BYTES,
-        checkpoint_bytes: CHECKPOINT_BYTES,
-        overlay_bytes_max: OVERLAY_BYTES,
-        applier,
+    JournalOptions::default()
+        .with_segment_bytes(SEGMENT_BYTES)
+        .with_checkpoint_bytes(CHECKPOINT_BYTES)
+        .with_overlay_bytes_max(OVERLAY_BYTES)
+        .with_applier(applier)
         // No batching delay: the background applier runs as soon as a unit is durable, so
         // its applies, checkpoints and trims land between the plan's writes.
-        apply_batch_delay: Duration::ZERO,
-        ..JournalOptions::default()
-    }
+        .with_apply_batch_delay(Duration::ZERO)
 }
 
 type Ops = Vec<(Bytes, Option<Bytes>)>;
@@ -254,16 +253,17 @@ fn run(fs: &SimFs, steps: &[Step], options: JournalOptions) -> (Outcome, Option<
     // creation record, pointers, live counts and trims meet the faults too.
     if let Err(e) = engine.keyspace_with(
         KEYSPACES[0],
-        flushpoint::KeyspaceOptions::separating_values_from(64),
+        flushpoint::journal::KeyspaceOptions::separating_values_from(64),
     ) {
         out.first_err = Some(("keyspace_with".into(), e.kind(), e.to_string(), fs.ops()));
         return (out, Some(engine));
     }
     // The third is indexed by runs (ADR 0014): its directory's creation, its record, and
     // every run's write, sync and directory sync meet the faults too.
-    if let Err(e) =
-        engine.keyspace_with(KEYSPACES[2], flushpoint::KeyspaceOptions::indexed_by_runs())
-    {
+    if let Err(e) = engine.keyspace_with(
+        KEYSPACES[2],
+        flushpoint::journal::KeyspaceOptions::indexed_by_runs(),
+    ) {
         out.first_err = Some(("keyspace_with".into(), e.kind(), e.to_string(), fs.ops()));
         return (out, Some(engine));
     }
@@ -643,9 +643,9 @@ fn sweep(applier: Applier, seed: u64) -> (Figures, Vec<String>) {
             .iter()
             .filter(|(op, _)| is_sync(*op))
             .all(|(_, p)| {
-                p.ends_with(flushpoint::INDEX_FILE)
-                    || p.ends_with(flushpoint::SPARE_SEGMENT_FILE)
-                    || p.starts_with(Path::new(DIR).join(flushpoint::RUNS_DIR))
+                p.ends_with(flushpoint::journal::INDEX_FILE)
+                    || p.ends_with(flushpoint::journal::SPARE_SEGMENT_FILE)
+                    || p.starts_with(Path::new(DIR).join(flushpoint::journal::RUNS_DIR))
             });
         let raced = match applier {
             Applier::Inline => !syncs_after.is_empty() || after_err > 0,
@@ -814,16 +814,14 @@ fn every_eio_with_the_background_applier_poisons_and_loses_no_acknowledged_unit(
 /// and the number of units in it.
 fn image_to_recover() -> (SimFs, Image) {
     let fs = SimFs::new();
-    let opts = JournalOptions {
+    let opts = options(Applier::Inline)
         // No checkpoint during the writes: every unit is replayed; one segment, whose tail
         // is torn below.
-        checkpoint_bytes: u64::MAX / 2,
-        segment_bytes: 1 << 20,
+        .with_checkpoint_bytes(u64::MAX / 2)
+        .with_segment_bytes(1 << 20)
         // Unprepared: the segment is as long as its units, so cutting its length tears
         // the last one (a prepared segment would lose zeros only).
-        prepare_segments: false,
-        ..options(Applier::Inline)
-    };
+        .with_prepare_segments(false);
     let engine = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), opts).unwrap();
     let mut want = Image::new();
     for i in 0..6u32 {
@@ -850,7 +848,7 @@ fn image_to_recover() -> (SimFs, Image) {
     // The power is cut before the close (which would apply and checkpoint everything).
     let image = fs.crash_image(DirFate::DropAll, FileFate::DropAll);
     drop(engine);
-    let seg = Path::new(DIR).join(flushpoint::segment_file_name(0));
+    let seg = Path::new(DIR).join(flushpoint::journal::segment_file_name(0));
     let f = image.open_file(&seg, OpenMode::Existing).unwrap();
     let len = f.len().unwrap();
     f.set_len(len - 100).unwrap();
@@ -874,7 +872,7 @@ fn every_eio_during_recovery_fails_the_open_and_a_second_open_recovers() {
     // The open's operations, not the close's.
     let log = probe.stats().log;
     drop(engine);
-    let first_segment = Path::new(DIR).join(flushpoint::segment_file_name(0));
+    let first_segment = Path::new(DIR).join(flushpoint::journal::segment_file_name(0));
     assert!(
         log.contains(&(SimOp::SetLen, first_segment)),
         "the torn tail is truncated: {log:?}"
@@ -913,7 +911,7 @@ fn every_eio_during_recovery_fails_the_open_and_a_second_open_recovers() {
         let bad: Vec<_> = after
             .iter()
             .filter(|(op, p)| {
-                is_sync(*op) && (*p == fault.path || !p.ends_with(flushpoint::INDEX_FILE))
+                is_sync(*op) && (*p == fault.path || !p.ends_with(flushpoint::journal::INDEX_FILE))
             })
             .collect();
         if !bad.is_empty() {

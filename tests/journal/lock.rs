@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flushpoint::{Batch, Db, Durability, ErrorKind, JournalEngine, JournalOptions, StdFs};
+use flushpoint::fs::StdFs;
+use flushpoint::journal::{JournalEngine, JournalOptions};
+use flushpoint::{Batch, Db, Durability, ErrorKind};
 
 #[test]
 fn a_second_open_of_an_open_journal_is_refused_as_locked() {

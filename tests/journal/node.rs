@@ -34,11 +34,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flushpoint::db::collect_range;
 use flushpoint::demo::{ChainSpec, DemoChain, KvApp, Profile, State};
+use flushpoint::journal::{
+    Applier, JournalEngine, JournalOptions, KeyspaceOptions, SEPARATE_VALUES_FROM_BYTES,
+};
+use flushpoint::testing::{DirFate, SimFs, SimOp};
 use flushpoint::{
-    Applier, Db, DirFate, Direction, Event, FlushPolicy, HandshakeCase, HoldingDb, JournalEngine,
-    JournalOptions, KeyRange, KeyspaceOptions, MemoryDb, Node, SEPARATE_VALUES_FROM_BYTES, SimFs,
-    SimOp, collect_range,
+    Db, Direction, Event, FlushPolicy, HandshakeCase, HoldingDb, KeyRange, MemoryDb, Node,
 };
 use support::{check_events, file_fates, full};
 
@@ -71,24 +74,20 @@ fn spec() -> ChainSpec {
 }
 
 fn options() -> JournalOptions {
-    JournalOptions {
+    JournalOptions::default()
         // Inline: one fixed sequence of file operations per run, so cut `k` is one op.
-        applier: Applier::Inline,
-        index_cache_bytes: 64 * 1024,
+        .with_applier(Applier::Inline)
+        .with_index_cache_bytes(64 * 1024)
         // Small prepared segments: the run rolls (a spare prepared and renamed in) a few
         // times, and the simulated disk stays small.
-        segment_bytes: SEGMENT_BYTES,
-        ..JournalOptions::default()
-    }
+        .with_segment_bytes(SEGMENT_BYTES)
 }
 
 fn policy(background: bool) -> FlushPolicy {
-    FlushPolicy {
-        window_blocks_max: Some(WINDOW),
-        interval: Duration::from_secs(3600),
-        background,
-        ..FlushPolicy::default()
-    }
+    FlushPolicy::default()
+        .with_window_blocks_max(Some(WINDOW))
+        .with_interval(Duration::from_secs(3600))
+        .with_background(background)
 }
 
 /// What one run did before it finished or the power went.
@@ -431,7 +430,7 @@ fn one_sync_per_flush_point_and_per_consensus_block() {
                 log.iter().filter(|(o, p)| *o == op && file(p)).count() as u64
             };
             let segment = |p: &Path| p.extension().is_some_and(|e| e == "seg");
-            let index = |p: &Path| p.ends_with(flushpoint::INDEX_FILE);
+            let index = |p: &Path| p.ends_with(flushpoint::journal::INDEX_FILE);
             let any = |_: &Path| true;
             [
                 count(SimOp::SyncData, &segment),
@@ -502,7 +501,7 @@ fn one_sync_per_flush_point_and_per_consensus_block() {
 fn an_app_outside_the_group_is_written_after_the_unit() {
     let fs = SimFs::new();
     let engine = open_journal(&fs).unwrap();
-    let app_db = Arc::new(flushpoint::CountingDb::new(MemoryDb::new("app")));
+    let app_db = Arc::new(flushpoint::db::CountingDb::new(MemoryDb::new("app")));
     let app_counts = app_db.counters();
     let app = KvApp::open(Arc::new(HoldingDb::new(app_db.clone() as Arc<dyn Db>))).unwrap();
     let mut node = open_node_with(&engine, app);
@@ -541,13 +540,11 @@ fn an_app_outside_the_group_is_written_after_the_unit() {
 fn a_background_window_is_applied_before_the_next_one_freezes() {
     const WINDOWS: u64 = 8;
     let fs = SimFs::new();
-    let options = JournalOptions {
-        applier: Applier::Background,
-        apply_batch_delay: Duration::from_secs(3600),
-        checkpoint_interval: Duration::from_secs(3600),
-        overlay_bytes_max: u64::MAX / 4,
-        ..options()
-    };
+    let options = options()
+        .with_applier(Applier::Background)
+        .with_apply_batch_delay(Duration::from_secs(3600))
+        .with_checkpoint_interval(Duration::from_secs(3600))
+        .with_overlay_bytes_max(u64::MAX / 4);
     let engine = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options).unwrap();
     let mut node = open_node(&engine);
     node.start_block_sync(policy(true), Instant::now()).unwrap();

@@ -7,7 +7,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flushpoint::{Applier, Batch, Db, Durability, JournalEngine, JournalOptions, SimFs};
+use flushpoint::journal::{Applier, JournalEngine, JournalOptions};
+use flushpoint::testing::SimFs;
+use flushpoint::{Batch, Db, Durability};
 
 /// Budget in this test. Why: 16 units of the size below; the burst writes 40× that.
 const OVERLAY_BYTES: u64 = 64 * 1024;
@@ -19,11 +21,9 @@ const UNITS: u64 = 640;
 #[test]
 fn writers_wait_for_the_applier_at_the_overlay_budget() {
     let fs = SimFs::new();
-    let options = JournalOptions {
-        overlay_bytes_max: OVERLAY_BYTES,
-        applier: Applier::Background,
-        ..JournalOptions::default()
-    };
+    let options = JournalOptions::default()
+        .with_overlay_bytes_max(OVERLAY_BYTES)
+        .with_applier(Applier::Background);
     let engine = JournalEngine::open(Arc::new(fs), Path::new("/j"), options).unwrap();
     let db = engine.keyspace("ks").unwrap();
     for i in 0..UNITS {

@@ -7,9 +7,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flushpoint::{
-    Applier, Batch, Db, Durability, ErrorKind, JournalEngine, JournalOptions, SimFs, SimOp,
-};
+use flushpoint::journal::{Applier, JournalEngine, JournalOptions};
+use flushpoint::testing::{SimFs, SimOp};
+use flushpoint::{Batch, Db, Durability, ErrorKind};
 
 fn batch(k: &str) -> Batch {
     let mut b = Batch::new();
@@ -21,10 +21,7 @@ fn batch(k: &str) -> Batch {
 fn a_failed_sync_poisons_every_keyspace_and_is_never_retried() {
     for applier in [Applier::Inline, Applier::Background] {
         let fs = SimFs::new();
-        let options = JournalOptions {
-            applier,
-            ..JournalOptions::default()
-        };
+        let options = JournalOptions::default().with_applier(applier);
         let engine = JournalEngine::open(Arc::new(fs.clone()), Path::new("/j"), options).unwrap();
         let a = engine.keyspace("a").unwrap();
         let b = engine.keyspace("b").unwrap();

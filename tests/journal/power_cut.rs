@@ -34,10 +34,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flushpoint::{
-    Applier, Batch, Db, DirFate, Direction, Durability, FileFate, JournalEngine, JournalOptions,
-    KeyRange, KeyspaceOptions, SimFs, collect_range,
-};
+use flushpoint::db::collect_range;
+use flushpoint::journal::{Applier, JournalEngine, JournalOptions, KeyspaceOptions};
+use flushpoint::testing::{DirFate, FileFate, SimFs};
+use flushpoint::{Batch, Db, Direction, Durability, KeyRange};
 use support::fs::{Hook, HookedFs};
 use support::{Rng, full};
 
@@ -68,14 +68,12 @@ const SLOW_SYNC_MS: u64 = 1;
 const BURST_UNITS: u32 = 3;
 
 fn options() -> JournalOptions {
-    JournalOptions {
-        segment_bytes: SEGMENT_BYTES,
-        checkpoint_bytes: CHECKPOINT_BYTES,
-        overlay_bytes_max: OVERLAY_BYTES,
-        applier: Applier::Inline,
-        run_block_bytes: RUN_BLOCK_BYTES,
-        ..JournalOptions::default()
-    }
+    JournalOptions::default()
+        .with_segment_bytes(SEGMENT_BYTES)
+        .with_checkpoint_bytes(CHECKPOINT_BYTES)
+        .with_overlay_bytes_max(OVERLAY_BYTES)
+        .with_applier(Applier::Inline)
+        .with_run_block_bytes(RUN_BLOCK_BYTES)
 }
 
 type Ops = Vec<(Bytes, Option<Bytes>)>;
@@ -237,7 +235,7 @@ fn run_with(
 
 /// [`run_with`] on any file system (a hooked `SimFs`).
 fn run_on(
-    fs: Arc<dyn flushpoint::FileSystem>,
+    fs: Arc<dyn flushpoint::fs::FileSystem>,
     steps: &[Step],
     options: JournalOptions,
 ) -> (Outcome, Option<JournalEngine>) {
@@ -421,11 +419,11 @@ fn every_cut_recovers_every_acknowledged_unit_and_no_partial_unit() {
     let is_segment = |p: &Path| p.extension().is_some_and(|e| e == "seg");
     let created = log
         .iter()
-        .filter(|(op, p)| *op == flushpoint::SimOp::Create && is_segment(p))
+        .filter(|(op, p)| *op == flushpoint::testing::SimOp::Create && is_segment(p))
         .count();
     let renamed = log
         .iter()
-        .filter(|(op, p)| *op == flushpoint::SimOp::Rename && is_segment(p))
+        .filter(|(op, p)| *op == flushpoint::testing::SimOp::Rename && is_segment(p))
         .count();
     println!("segments: {created} created empty, {renamed} renamed from the spare");
     assert!(
@@ -583,11 +581,11 @@ fn background_cuts(while_syncing: bool) {
     let states = model_states(&steps);
     // No batching delay: the applier runs as soon as a unit is durable, so its applies,
     // checkpoints and trims land between the plan's writes.
-    let background = || JournalOptions {
-        applier: Applier::Background,
-        apply_batch_delay: std::time::Duration::ZERO,
-        apply_while_syncing_bytes_min: if while_syncing { 0 } else { u64::MAX },
-        ..options()
+    let background = || {
+        options()
+            .with_applier(Applier::Background)
+            .with_apply_batch_delay(std::time::Duration::ZERO)
+            .with_apply_while_syncing_bytes_min(if while_syncing { 0 } else { u64::MAX })
     };
     // Applied while syncing, the syncs take a millisecond: on a `SimFs` a sync is
     // instantaneous, and the applier would almost never find a unit still being synced.

@@ -22,32 +22,27 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flushpoint::{
-    Applier, Batch, Db, DirFate, Durability, Error, ErrorKind, FileFate, FileSystem, JournalEngine,
-    JournalOptions, OpenMode, SimFs, segment_file_name,
-};
+use flushpoint::fs::{FileSystem, OpenMode};
+use flushpoint::journal::{Applier, JournalEngine, JournalOptions, segment_file_name};
+use flushpoint::testing::{DirFate, FileFate, SimFs};
+use flushpoint::{Batch, Db, Durability, Error, ErrorKind};
 
 const DIR: &str = "/j";
 
 fn options(segment_bytes: u64) -> JournalOptions {
-    JournalOptions {
-        segment_bytes,
+    JournalOptions::default()
+        .with_segment_bytes(segment_bytes)
         // No checkpoint during the test: every unit stays in the journal to be damaged.
-        checkpoint_bytes: u64::MAX / 2,
-        applier: Applier::Inline,
-        prepare_segments: false,
-        ..JournalOptions::default()
-    }
+        .with_checkpoint_bytes(u64::MAX / 2)
+        .with_applier(Applier::Inline)
+        .with_prepare_segments(false)
 }
 
 fn open_prepared(fs: &SimFs, segment_bytes: u64) -> flushpoint::Result<JournalEngine> {
     JournalEngine::open(
         Arc::new(fs.clone()),
         Path::new(DIR),
-        JournalOptions {
-            prepare_segments: true,
-            ..options(segment_bytes)
-        },
+        options(segment_bytes).with_prepare_segments(true),
     )
 }
 
@@ -216,12 +211,15 @@ fn damaged_unit_before_a_later_valid_unit_is_refused_naming_segment_and_offset()
     // redb's own repair of the index (a crash left it unclosed) writes it; nothing else is
     // touched: no segment written, truncated, synced or deleted.
     let log = fs.stats().log;
-    let index = Path::new(DIR).join(flushpoint::INDEX_FILE);
+    let index = Path::new(DIR).join(flushpoint::journal::INDEX_FILE);
     let journal_ops: Vec<_> = log[log.len() - (fs.ops() - ops) as usize..]
         .iter()
         .filter(|(_, path)| *path != index)
         .collect();
-    assert_eq!(journal_ops, Vec::<&(flushpoint::SimOp, PathBuf)>::new());
+    assert_eq!(
+        journal_ops,
+        Vec::<&(flushpoint::testing::SimOp, PathBuf)>::new()
+    );
 }
 
 #[test]
@@ -482,11 +480,9 @@ fn a_unit_written_in_several_chunks_recovers_whole_or_is_torn_off() {
 #[test]
 fn a_checkpoint_at_a_segment_boundary_trims_the_segment_wholly_applied() {
     let fs = SimFs::new();
-    let options = JournalOptions {
+    let options = options(100)
         // Every step that applies something checkpoints.
-        checkpoint_bytes: 1,
-        ..options(100)
-    };
+        .with_checkpoint_bytes(1);
     let engine = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options).unwrap();
     let before = engine.counts();
     // ~90-byte units, one per 100-byte segment. "a" goes to segment 0, buffered; "b",

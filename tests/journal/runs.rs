@@ -26,11 +26,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flushpoint::{
-    Applier, Batch, Db, DirFate, Direction, Durability, Error, FileFate, FileSystem, JournalEngine,
-    JournalOptions, KeyRange, KeyspaceIndex, KeyspaceOptions, OpenMode, RUNS_DIR,
-    SEPARATE_VALUES_MIN_BYTES, SimFs, collect_range,
+use flushpoint::db::collect_range;
+use flushpoint::fs::{FileSystem, OpenMode};
+use flushpoint::journal::{
+    Applier, JournalEngine, JournalOptions, KeyspaceIndex, KeyspaceOptions, RUNS_DIR,
+    SEPARATE_VALUES_MIN_BYTES,
 };
+use flushpoint::testing::{DirFate, FileFate, SimFs};
+use flushpoint::{Batch, Db, Direction, Durability, Error, KeyRange};
 
 use support::fs::{Hook, HookedFs};
 
@@ -40,19 +43,17 @@ const APP: &str = "app";
 const RUN_BLOCK_BYTES: usize = 64;
 
 fn options() -> JournalOptions {
-    JournalOptions {
-        applier: Applier::Inline,
-        checkpoint_bytes: 1 << 30,
-        run_block_bytes: RUN_BLOCK_BYTES,
-        ..JournalOptions::default()
-    }
+    JournalOptions::default()
+        .with_applier(Applier::Inline)
+        .with_checkpoint_bytes(1 << 30)
+        .with_run_block_bytes(RUN_BLOCK_BYTES)
 }
 
 fn open(fs: &SimFs) -> flushpoint::Result<JournalEngine> {
     JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options())
 }
 
-fn app(engine: &JournalEngine) -> Arc<flushpoint::JournalDb> {
+fn app(engine: &JournalEngine) -> Arc<flushpoint::journal::JournalDb> {
     engine
         .keyspace_with(APP, KeyspaceOptions::indexed_by_runs())
         .expect("runs keyspace")
@@ -248,15 +249,13 @@ fn a_checkpoint_with_nothing_new_since_the_last_commits_and_syncs_nothing() {
 #[test]
 fn merges_beside_the_background_applier_lose_and_revive_nothing() {
     let fs = SimFs::new();
-    let options = JournalOptions {
-        applier: Applier::Background,
-        apply_batch_delay: std::time::Duration::ZERO,
+    let options = options()
+        .with_applier(Applier::Background)
+        .with_apply_batch_delay(std::time::Duration::ZERO)
         // Room for about two rounds' units: writers wait for the applier, so its steps are
         // small and many, each a run, and merges come often.
-        overlay_bytes_max: 4 * 1024,
-        checkpoint_bytes: 64 * 1024,
-        ..options()
-    };
+        .with_overlay_bytes_max(4 * 1024)
+        .with_checkpoint_bytes(64 * 1024);
     let open_bg = || JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options.clone());
     let engine = open_bg().expect("open");
     let db = app(&engine);
@@ -432,13 +431,11 @@ fn a_trimmed_segment_already_gone_is_not_an_error() {
     let fs = SimFs::new();
     let faulty = HookedFs::new(
         fs.clone(),
-        Hook::RemoveGone(Path::new(DIR).join(flushpoint::segment_file_name(0))),
+        Hook::RemoveGone(Path::new(DIR).join(flushpoint::journal::segment_file_name(0))),
     );
-    let options = JournalOptions {
-        segment_bytes: 4096,
-        prepare_segments: false,
-        ..options()
-    };
+    let options = options()
+        .with_segment_bytes(4096)
+        .with_prepare_segments(false);
     let engine = JournalEngine::open(Arc::new(faulty), Path::new(DIR), options).expect("open");
     let db = engine.keyspace("plain").expect("keyspace");
     // ~1.4 KB units in 4 KiB segments: segment 0 full, segment 1 active.
@@ -591,13 +588,11 @@ fn a_keyspace_written_by_a_unit_not_yet_applied_keeps_its_options() {
     let engine = JournalEngine::open(
         Arc::new(fs.clone()),
         Path::new(DIR),
-        JournalOptions {
-            applier: Applier::Background,
+        options()
+            .with_applier(Applier::Background)
             // Nothing is due to be applied during the test: the unit waits in the queue.
-            apply_batch_delay: std::time::Duration::from_secs(3600),
-            checkpoint_interval: std::time::Duration::from_secs(3600),
-            ..options()
-        },
+            .with_apply_batch_delay(std::time::Duration::from_secs(3600))
+            .with_checkpoint_interval(std::time::Duration::from_secs(3600)),
     )
     .expect("open");
     let state = engine.keyspace("state").unwrap();
@@ -636,10 +631,7 @@ const BIG_BYTES: usize = 2000;
 
 /// Small segments, so that a few large values fill one and the journal rolls.
 fn separating_options() -> JournalOptions {
-    JournalOptions {
-        segment_bytes: 8 * 1024,
-        ..options()
-    }
+    options().with_segment_bytes(8 * 1024)
 }
 
 fn open_separating(fs: &SimFs) -> JournalEngine {
@@ -647,7 +639,7 @@ fn open_separating(fs: &SimFs) -> JournalEngine {
 }
 
 /// The app keyspace indexed by runs, its values of [`FROM`] bytes or more in the journal.
-fn app_separating(engine: &JournalEngine) -> Arc<flushpoint::JournalDb> {
+fn app_separating(engine: &JournalEngine) -> Arc<flushpoint::journal::JournalDb> {
     engine
         .keyspace_with(
             APP,
@@ -783,7 +775,10 @@ fn write_small(db: &dyn Db, n: u32, round: u32) {
 
 /// A separating runs keyspace whose keys `0..n` hold large values of round 0, one unit
 /// each, checkpointed.
-fn separating_with_big_values(fs: &SimFs, n: u32) -> (JournalEngine, Arc<flushpoint::JournalDb>) {
+fn separating_with_big_values(
+    fs: &SimFs,
+    n: u32,
+) -> (JournalEngine, Arc<flushpoint::journal::JournalDb>) {
     let engine = open_separating(fs);
     let db = app_separating(&engine);
     write_big_per_unit(&*db, n, 0);
@@ -838,7 +833,7 @@ fn a_segment_is_held_while_a_run_points_into_it_and_deleted_once_merges_drop_its
         on_disk - 1,
         "every segment held for a value is deleted: {c:?}"
     );
-    assert!(!segments_on_disk(&fs).contains(&flushpoint::segment_file_name(0)));
+    assert!(!segments_on_disk(&fs).contains(&flushpoint::journal::segment_file_name(0)));
     assert_eq!(engine.usage().unwrap().keyspaces[APP].values_in_journal, 0);
     drop((db, engine));
     let engine = open_separating(&fs);

@@ -14,17 +14,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use flushpoint::{
-    Applier, Batch, Db, Durability, JournalEngine, JournalOptions, SimFs, SimOp, segment_file_name,
-};
+use flushpoint::journal::{Applier, JournalEngine, JournalOptions, segment_file_name};
+use flushpoint::testing::{SimFs, SimOp};
+use flushpoint::{Batch, Db, Durability};
 
 const DIR: &str = "/j";
 
 /// The sync operations (file and directory) SimFs logged since `from`, with their paths,
 /// the index's and the spare segment's left out.
 fn syncs_since(fs: &SimFs, from: usize) -> Vec<(SimOp, PathBuf)> {
-    let index = Path::new(DIR).join(flushpoint::INDEX_FILE);
-    let spare = Path::new(DIR).join(flushpoint::SPARE_SEGMENT_FILE);
+    let index = Path::new(DIR).join(flushpoint::journal::INDEX_FILE);
+    let spare = Path::new(DIR).join(flushpoint::journal::SPARE_SEGMENT_FILE);
     fs.stats().log[from..]
         .iter()
         .filter(|(op, _)| matches!(op, SimOp::SyncData | SimOp::SyncAll | SimOp::SyncDir))
@@ -65,10 +65,7 @@ fn batch(key: &str) -> Batch {
 fn one_synced_unit_is_one_sync_data_on_its_segment() {
     for applier in [Applier::Inline, Applier::Background] {
         let fs = SimFs::new();
-        let options = JournalOptions {
-            applier,
-            ..JournalOptions::default()
-        };
+        let options = JournalOptions::default().with_applier(applier);
         let engine = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options).unwrap();
         let blocks = engine.keyspace("blocks").unwrap();
         let segment = Path::new(DIR).join(segment_file_name(0));
@@ -76,7 +73,7 @@ fn one_synced_unit_is_one_sync_data_on_its_segment() {
         // The open of a new journal prepared the spare (zeros written and synced), so the
         // first unit writes and syncs none.
         assert_eq!(engine.counts().segments_prepared, 1, "{applier:?}");
-        let spare = Path::new(DIR).join(flushpoint::SPARE_SEGMENT_FILE);
+        let spare = Path::new(DIR).join(flushpoint::journal::SPARE_SEGMENT_FILE);
         assert!(
             fs.stats().log.contains(&(SimOp::SyncData, spare.clone())),
             "the open synced the spare ({applier:?})"
@@ -165,19 +162,17 @@ fn one_synced_unit_is_one_sync_data_on_its_segment() {
 fn a_large_unit_creates_its_segment_and_a_run_of_small_synced_ones_rolls_into_the_spare() {
     for applier in [Applier::Inline, Applier::Background] {
         let fs = SimFs::new();
-        let options = JournalOptions {
-            applier,
-            segment_bytes: 64 * 1024,
-            prepared_units_below_bytes: 8 * 1024,
-            apply_batch_delay: Duration::from_secs(3600),
-            checkpoint_interval: Duration::from_secs(3600),
-            ..JournalOptions::default()
-        };
+        let options = JournalOptions::default()
+            .with_applier(applier)
+            .with_segment_bytes(64 * 1024)
+            .with_prepared_units_below_bytes(8 * 1024)
+            .with_apply_batch_delay(Duration::from_secs(3600))
+            .with_checkpoint_interval(Duration::from_secs(3600));
         let open =
             || JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options.clone()).unwrap();
         let engine = open();
         let blocks = engine.keyspace("blocks").unwrap();
-        let spare = Path::new(DIR).join(flushpoint::SPARE_SEGMENT_FILE);
+        let spare = Path::new(DIR).join(flushpoint::journal::SPARE_SEGMENT_FILE);
         let seg = |i: u64| Path::new(DIR).join(segment_file_name(i));
         let large = |key: &str, bytes: usize| {
             let mut b = Batch::new();
@@ -209,7 +204,7 @@ fn a_large_unit_creates_its_segment_and_a_run_of_small_synced_ones_rolls_into_th
 
         // Small synced units: segment 0 has room, and they grow it until one ends a run of
         // them; that one rolls into the ready spare first.
-        let run = flushpoint::SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL;
+        let run = flushpoint::journal::SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL;
         assert!(run >= 2, "a run is more than one unit");
         let mut keys: Vec<String> = vec!["large".into()];
         for i in 1..run {
@@ -368,11 +363,9 @@ fn a_unit_of_exactly_the_bound_is_not_prepared() {
     };
     for (bound, prepared) in [(unit_len, false), (unit_len + 1, true)] {
         let fs = SimFs::new();
-        let options = JournalOptions {
-            applier: Applier::Inline,
-            prepared_units_below_bytes: bound,
-            ..JournalOptions::default()
-        };
+        let options = JournalOptions::default()
+            .with_applier(Applier::Inline)
+            .with_prepared_units_below_bytes(bound);
         let engine = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options).unwrap();
         let at = fs.stats().log.len();
         engine
@@ -398,15 +391,13 @@ fn a_unit_of_exactly_the_bound_is_not_prepared() {
 fn the_default_bound_prepares_a_consensus_blocks_unit_and_not_a_heavy_save() {
     assert_eq!(
         JournalOptions::default().prepared_units_below_bytes,
-        flushpoint::PREPARED_UNITS_BELOW_BYTES
+        flushpoint::journal::PREPARED_UNITS_BELOW_BYTES
     );
     for (value_bytes, prepared) in [(20 * 1000, true), (900 * 1000, false)] {
         let fs = SimFs::new();
-        let options = JournalOptions {
-            applier: Applier::Inline,
-            segment_bytes: 2 * 1024 * 1024,
-            ..JournalOptions::default()
-        };
+        let options = JournalOptions::default()
+            .with_applier(Applier::Inline)
+            .with_segment_bytes(2 * 1024 * 1024);
         let engine = JournalEngine::open(Arc::new(fs.clone()), Path::new(DIR), options).unwrap();
         let mut b = Batch::new();
         b.put(
@@ -428,7 +419,7 @@ fn the_default_bound_prepares_a_consensus_blocks_unit_and_not_a_heavy_save() {
 fn wait_for_counts(
     engine: &JournalEngine,
     what: &str,
-    done: impl Fn(&flushpoint::JournalCounts) -> bool,
+    done: impl Fn(&flushpoint::journal::JournalCounts) -> bool,
 ) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !done(&engine.counts()) {
@@ -457,12 +448,10 @@ fn a_checkpoint_comes_by_bytes_by_interval_in_the_background_or_when_asked() {
     };
     let open = |applier, checkpoint_interval| {
         let fs = SimFs::new();
-        let options = JournalOptions {
-            applier,
-            checkpoint_interval,
-            checkpoint_bytes: 1 << 30,
-            ..JournalOptions::default()
-        };
+        let options = JournalOptions::default()
+            .with_applier(applier)
+            .with_checkpoint_interval(checkpoint_interval)
+            .with_checkpoint_bytes(1 << 30);
         JournalEngine::open(Arc::new(fs), Path::new(DIR), options).unwrap()
     };
 

@@ -16,11 +16,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flushpoint::{
-    Applier, Batch, Db, Direction, Durability, Error, FileSystem, JournalEngine, JournalOptions,
-    KeyRange, KeyspaceOptions, OpenMode, SEPARATE_VALUES_MIN_BYTES, SimFs, collect_range,
+use flushpoint::db::collect_range;
+use flushpoint::fs::{FileSystem, OpenMode};
+use flushpoint::journal::{
+    Applier, JournalEngine, JournalOptions, KeyspaceOptions, SEPARATE_VALUES_MIN_BYTES,
     segment_file_name,
 };
+use flushpoint::testing::SimFs;
+use flushpoint::{Batch, Db, Direction, Durability, Error, KeyRange};
 
 const DIR: &str = "/journal";
 /// The threshold in these tests.
@@ -31,13 +34,11 @@ const PART_BYTES: usize = 2000;
 const SEGMENT_BYTES: u64 = 8 * 1024;
 
 fn options() -> JournalOptions {
-    JournalOptions {
-        applier: Applier::Inline,
-        segment_bytes: SEGMENT_BYTES,
-        checkpoint_bytes: 1 << 30,
-        index_cache_bytes: 256 * 1024,
-        ..JournalOptions::default()
-    }
+    JournalOptions::default()
+        .with_applier(Applier::Inline)
+        .with_segment_bytes(SEGMENT_BYTES)
+        .with_checkpoint_bytes(1 << 30)
+        .with_index_cache_bytes(256 * 1024)
 }
 
 fn open(fs: &SimFs) -> JournalEngine {
@@ -88,7 +89,7 @@ fn segments_on_disk(fs: &SimFs) -> Vec<String> {
         .collect()
 }
 
-fn separating(engine: &JournalEngine) -> Arc<flushpoint::JournalDb> {
+fn separating(engine: &JournalEngine) -> Arc<flushpoint::journal::JournalDb> {
     engine
         .keyspace_with("blocks", KeyspaceOptions::separating_values_from(FROM))
         .expect("keyspace")
@@ -99,11 +100,9 @@ fn values_read_back_from_the_overlay_the_pointer_and_after_a_reopen() {
     let fs = SimFs::new();
     let engine = open_with(
         &fs,
-        JournalOptions {
-            applier: Applier::Background,
-            apply_batch_delay: std::time::Duration::from_secs(3600),
-            ..options()
-        },
+        options()
+            .with_applier(Applier::Background)
+            .with_apply_batch_delay(std::time::Duration::from_secs(3600)),
     );
     let db = separating(&engine);
     assert_eq!(db.options(), KeyspaceOptions::separating_values_from(FROM));
@@ -377,13 +376,7 @@ fn options_are_checked_before_anything_is_written_and_fixed_at_creation() {
 #[test]
 fn recovery_refuses_a_missing_segment_the_index_points_into_past_the_checkpoint() {
     let fs = SimFs::new();
-    let engine = open_with(
-        &fs,
-        JournalOptions {
-            segment_bytes: 1 << 20,
-            ..options()
-        },
-    );
+    let engine = open_with(&fs, options().with_segment_bytes(1 << 20));
     let db = separating(&engine);
     write_parts(&*db, 0..4);
     drop(db);
@@ -407,13 +400,7 @@ fn recovery_refuses_a_missing_segment_the_index_points_into_past_the_checkpoint(
 #[test]
 fn a_held_segment_gives_back_the_space_around_its_kept_values() {
     let fs = SimFs::new();
-    let engine = open_with(
-        &fs,
-        JournalOptions {
-            segment_bytes: 32 * 1024,
-            ..options()
-        },
-    );
+    let engine = open_with(&fs, options().with_segment_bytes(32 * 1024));
     let blocks = separating(&engine);
     let state = engine.keyspace("state").unwrap();
     // Each unit: a part kept in the journal, and 6 KiB of state applied to the index.

@@ -5,10 +5,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use flushpoint::db::{CountingDb, SyncCounts};
 use flushpoint::demo::{ChainSpec, KvApp, Profile};
 use flushpoint::{
-    CountingDb, Db, Error, Event, FlushPolicy, FlushTrigger, HandshakeCase, HoldingDb, MemoryDb,
-    Mode, NoEvents, Node, SyncCounts,
+    Db, Error, Event, FlushPolicy, FlushTrigger, HandshakeCase, HoldingDb, MemoryDb, Mode,
+    NoEvents, Node,
 };
 
 struct Rig {
@@ -61,12 +62,10 @@ impl Rig {
 /// Synchronous flush points: these tests pin what a call returns when it takes one (the
 /// background mode's reports are covered by `deferred_background`).
 fn policy(window: u64) -> FlushPolicy {
-    FlushPolicy {
-        interval: Duration::from_secs(3600),
-        window_blocks_max: Some(window),
-        background: false,
-        ..FlushPolicy::default()
-    }
+    FlushPolicy::default()
+        .with_interval(Duration::from_secs(3600))
+        .with_window_blocks_max(Some(window))
+        .with_background(false)
 }
 
 #[test]
@@ -281,11 +280,9 @@ fn the_flush_interval_counts_from_the_start_of_block_sync() {
     let rig = Rig::new();
     let (mut node, _) = rig.open().unwrap();
     let start = Instant::now() + Duration::from_secs(5);
-    let p = FlushPolicy {
-        interval: Duration::from_secs(1),
-        background: false,
-        ..FlushPolicy::default()
-    };
+    let p = FlushPolicy::default()
+        .with_interval(Duration::from_secs(1))
+        .with_background(false);
     node.start_block_sync(p, start).unwrap();
     let (b, parts, c) = rig.spec.next_block(node.state());
     let r = node

@@ -5,11 +5,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use flushpoint::db::{BackendCounts, CountingDb, SyncCounts};
 use flushpoint::demo::{ChainSpec, KvApp, Profile};
-use flushpoint::{
-    BackendCounts, CountingDb, Db, FlushPolicy, HoldingDb, MemoryDb, Mode, NoEvents, Node, RedbDb,
-    RedbOptions, SyncCounts,
-};
+use flushpoint::{Db, FlushPolicy, HoldingDb, MemoryDb, Mode, NoEvents, Node, RedbDb, RedbOptions};
 
 const BLOCKS: u64 = 20;
 
@@ -84,12 +82,11 @@ fn block_sync_costs_no_synced_batch_per_block_and_one_per_database_per_flush_poi
     let dbs: [Arc<dyn Db>; 3] = [0, 1, 2].map(|i| c[i].clone() as Arc<dyn Db>);
     let mut node = open(&spec, &dbs);
     node.start_block_sync(
-        FlushPolicy {
-            interval: Duration::from_secs(3600),
-            held_bytes_max: u64::MAX,
-            window_blocks_max: Some(5),
-            background: false,
-        },
+        FlushPolicy::default()
+            .with_interval(Duration::from_secs(3600))
+            .with_held_bytes_max(u64::MAX)
+            .with_window_blocks_max(Some(5))
+            .with_background(false),
         Instant::now(),
     )
     .unwrap();
@@ -164,12 +161,11 @@ fn redb_sync_data_matches_synced_batches_per_block_and_per_flush_point() {
     );
     println!("consensus: {exact_blocks}/{BLOCKS} blocks with exactly [1, 2, 1] sync_data");
     node.start_block_sync(
-        FlushPolicy {
-            interval: Duration::from_secs(3600),
-            held_bytes_max: u64::MAX,
-            window_blocks_max: Some(10),
-            background: false,
-        },
+        FlushPolicy::default()
+            .with_interval(Duration::from_secs(3600))
+            .with_held_bytes_max(u64::MAX)
+            .with_window_blocks_max(Some(10))
+            .with_background(false),
         Instant::now(),
     )
     .unwrap();

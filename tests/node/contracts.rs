@@ -174,12 +174,11 @@ impl Harness {
 }
 
 fn held_policy() -> FlushPolicy {
-    FlushPolicy {
-        interval: Duration::from_secs(3600),
-        held_bytes_max: u64::MAX,
-        window_blocks_max: None,
-        background: false,
-    }
+    FlushPolicy::default()
+        .with_interval(Duration::from_secs(3600))
+        .with_held_bytes_max(u64::MAX)
+        .with_window_blocks_max(None)
+        .with_background(false)
 }
 
 /// Asserts `r` is the contract error on `what`, with `expected` and `found`.
@@ -471,10 +470,7 @@ fn a_held_store_the_commits_never_reach_is_a_contract_error() {
     for lie in [Lie::HeldStoreOwn, Lie::HeldStoreElsewhere] {
         let h = Harness::new(19);
         let (mut node, _) = h.open(lie).unwrap();
-        let policy = FlushPolicy {
-            background: true,
-            ..held_policy()
-        };
+        let policy = held_policy().with_background(true);
         node.start_block_sync(policy, Instant::now()).unwrap();
         for _ in 0..3 {
             h.sync(&mut node).unwrap();

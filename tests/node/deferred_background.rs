@@ -156,12 +156,11 @@ fn never() -> [FailAfter; 3] {
 }
 
 fn policy(background: bool) -> FlushPolicy {
-    FlushPolicy {
-        interval: Duration::from_secs(3600),
-        held_bytes_max: u64::MAX,
-        window_blocks_max: Some(WINDOW),
-        background,
-    }
+    FlushPolicy::default()
+        .with_interval(Duration::from_secs(3600))
+        .with_held_bytes_max(u64::MAX)
+        .with_window_blocks_max(Some(WINDOW))
+        .with_background(background)
 }
 
 /// Syncs `n` blocks; returns the reports of flush points that completed.
@@ -363,13 +362,7 @@ fn the_interval_does_not_stop_the_loop_while_a_window_is_in_flight() {
     let mut r = rig(never());
     let now = Instant::now();
     r.n()
-        .start_block_sync(
-            FlushPolicy {
-                interval: Duration::from_secs(1),
-                ..policy(true)
-            },
-            now,
-        )
+        .start_block_sync(policy(true).with_interval(Duration::from_secs(1)), now)
         .unwrap();
     r.gate.close();
     sync(&mut r, WINDOW, now).unwrap();

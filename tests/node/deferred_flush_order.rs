@@ -60,12 +60,11 @@ fn rig(spec: &ChainSpec, budgets: [FailAfter; 3]) -> Rig {
 }
 
 fn policy() -> FlushPolicy {
-    FlushPolicy {
-        interval: Duration::from_secs(3600),
-        held_bytes_max: u64::MAX,
-        window_blocks_max: Some(WINDOW),
-        background: false,
-    }
+    FlushPolicy::default()
+        .with_interval(Duration::from_secs(3600))
+        .with_held_bytes_max(u64::MAX)
+        .with_window_blocks_max(Some(WINDOW))
+        .with_background(false)
 }
 
 fn never() -> [FailAfter; 3] {
@@ -150,7 +149,7 @@ fn flush_point_writes_block_store_then_state_then_app_one_synced_batch_each() {
         assert!(has_key(&recs[2].batch, &keys::singleton(keys::APP_META)));
         assert_eq!(
             r.node.block_store().load_flush_record().unwrap(),
-            Some(flushpoint::FlushRecord { from, to })
+            Some(flushpoint::records::FlushRecord { from, to })
         );
     }
 }

@@ -8,10 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flushpoint::db::{CountingDb, SyncCounts};
 use flushpoint::demo::{Block, ChainSpec, Commit, KvApp, Profile, State, Tx, sha256};
+use flushpoint::node::FLUSH_BYTES_MAX;
 use flushpoint::{
-    CountingDb, Db, FLUSH_BYTES_MAX, FlushPolicy, FlushReport, FlushTrigger, HandshakeCase,
-    HoldingDb, MemoryDb, NoEvents, Node, PartSet, SyncCounts,
+    Db, FlushPolicy, FlushReport, FlushTrigger, HandshakeCase, HoldingDb, MemoryDb, NoEvents, Node,
+    PartSet,
 };
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -72,12 +74,11 @@ fn synced_since(dbs: &Dbs, before: [SyncCounts; 3]) -> [u64; 3] {
 
 /// A policy where only the trigger under test can fire.
 fn quiet() -> FlushPolicy {
-    FlushPolicy {
-        interval: HOUR,
-        held_bytes_max: u64::MAX,
-        window_blocks_max: None,
-        background: false,
-    }
+    FlushPolicy::default()
+        .with_interval(HOUR)
+        .with_held_bytes_max(u64::MAX)
+        .with_window_blocks_max(None)
+        .with_background(false)
 }
 
 /// Block `state.last_block_height + 1` with `txs` instead of the generated ones, built on
@@ -144,10 +145,7 @@ fn interval_triggers_a_flush_point_after_a_block() {
     let dbs = Dbs::new();
     let mut node = dbs.open(&spec);
     let t0 = Instant::now();
-    let policy = FlushPolicy {
-        interval: Duration::from_secs(1),
-        ..quiet()
-    };
+    let policy = quiet().with_interval(Duration::from_secs(1));
     node.start_block_sync(policy, t0).unwrap();
     sync_quietly(&mut node, &spec, &dbs, 3, t0 + Duration::from_millis(999));
     let before = dbs.counts();
@@ -166,14 +164,8 @@ fn interval_triggers_on_the_timer_when_no_block_arrives() {
     let dbs = Dbs::new();
     let mut node = dbs.open(&spec);
     let t0 = Instant::now();
-    node.start_block_sync(
-        FlushPolicy {
-            interval: Duration::from_secs(1),
-            ..quiet()
-        },
-        t0,
-    )
-    .unwrap();
+    node.start_block_sync(quiet().with_interval(Duration::from_secs(1)), t0)
+        .unwrap();
     sync_quietly(&mut node, &spec, &dbs, 2, t0);
     let before = dbs.counts();
     assert_eq!(
@@ -199,14 +191,8 @@ fn held_bytes_over_flush_bytes_max_trigger_a_flush_point() {
     let dbs = Dbs::new();
     let mut node = dbs.open(&spec);
     let t0 = Instant::now();
-    node.start_block_sync(
-        FlushPolicy {
-            held_bytes_max: FLUSH_BYTES_MAX,
-            ..quiet()
-        },
-        t0,
-    )
-    .unwrap();
+    node.start_block_sync(quiet().with_held_bytes_max(FLUSH_BYTES_MAX), t0)
+        .unwrap();
     let mut blocks = 0;
     loop {
         let before = dbs.counts();
@@ -327,14 +313,8 @@ fn app_held_bytes_alone_trigger_a_flush_point() {
     );
     let dbs = Dbs::new();
     let mut node = open_indexing(&dbs, &spec);
-    node.start_block_sync(
-        FlushPolicy {
-            held_bytes_max: cap,
-            ..quiet()
-        },
-        Instant::now(),
-    )
-    .unwrap();
+    node.start_block_sync(quiet().with_held_bytes_max(cap), Instant::now())
+        .unwrap();
     sync_quietly(&mut node, &spec, &dbs, 1, Instant::now());
     let before = dbs.counts();
     let (b, p, c) = spec.next_block(node.state());

@@ -11,7 +11,9 @@
 
 use std::collections::BTreeMap;
 
-use flushpoint::{FlushRecord, HandshakeCase, Observed, classify};
+use flushpoint::HandshakeCase;
+use flushpoint::node::{Observed, classify};
+use flushpoint::records::FlushRecord;
 
 /// Highest height enumerated (B, S, A and both ends of the record). 7 heights give every
 /// relation the table distinguishes (equal, one apart, more than one apart, in both

@@ -9,11 +9,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flushpoint::db::{CountingDb, collect_range};
 use flushpoint::demo::{ChainSpec, KvApp, Profile, State};
 use flushpoint::testing::{FailAfter, FailingDb};
 use flushpoint::{
-    CountingDb, Db, Direction, Error, FlushPolicy, HandshakeCase, HandshakeReport, HoldingDb,
-    KeyRange, MemoryDb, NoEvents, Node, RedbDb, RedbOptions, collect_range,
+    Db, Direction, Error, FlushPolicy, HandshakeCase, HandshakeReport, HoldingDb, KeyRange,
+    MemoryDb, NoEvents, Node, RedbDb, RedbOptions,
 };
 
 const NAMES: [&str; 3] = ["block_store", "state", "app"];
@@ -50,12 +51,11 @@ fn open(dir: &Path) -> flushpoint::Result<(Node<flushpoint::demo::DemoChain>, Ha
 }
 
 fn policy() -> FlushPolicy {
-    FlushPolicy {
-        interval: Duration::from_secs(3600),
-        held_bytes_max: u64::MAX,
-        window_blocks_max: Some(WINDOW),
-        background: false,
-    }
+    FlushPolicy::default()
+        .with_interval(Duration::from_secs(3600))
+        .with_held_bytes_max(u64::MAX)
+        .with_window_blocks_max(Some(WINDOW))
+        .with_background(false)
 }
 
 fn sync_to(node: &mut Node<flushpoint::demo::DemoChain>, height: u64) -> flushpoint::Result<()> {

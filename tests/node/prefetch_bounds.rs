@@ -9,10 +9,10 @@ use crate::support;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flushpoint::{
-    Batch, Db, Durability, MemoryDb, PREFETCH_ENTRY_OVERHEAD_BYTES, PREFETCH_SESSION_BYTES_MAX,
-    PREFETCH_SESSIONS_MAX, PrefetchPool,
+use flushpoint::prefetch::{
+    PREFETCH_ENTRY_OVERHEAD_BYTES, PREFETCH_SESSION_BYTES_MAX, PREFETCH_SESSIONS_MAX, PrefetchPool,
 };
+use flushpoint::{Batch, Db, Durability, MemoryDb};
 use support::prefetch::{TestSource, wait_settled};
 
 fn key(i: usize) -> Bytes {

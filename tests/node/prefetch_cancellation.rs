@@ -18,7 +18,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use flushpoint::{PREFETCH_BATCH_KEYS, PrefetchPool, PrefetchSession};
+use flushpoint::prefetch::{PREFETCH_BATCH_KEYS, PrefetchPool, PrefetchSession};
 use support::prefetch::{TestSource, wait_settled};
 
 fn keys(prefix: &str, n: usize) -> Vec<Bytes> {

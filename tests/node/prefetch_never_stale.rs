@@ -25,10 +25,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use flushpoint::{
-    Batch, Db, DbWrapper, Durability, HoldingDb, MemoryDb, PrefetchPool, PrefetchSource,
-    PrefetchStats, Result,
-};
+use flushpoint::prefetch::{PrefetchPool, PrefetchSource, PrefetchStats};
+use flushpoint::{Batch, Db, DbWrapper, Durability, HoldingDb, MemoryDb, Result};
 use support::Rng;
 
 /// Steps of one run (each a submit, a write, a read, a race, a clear or a flush).

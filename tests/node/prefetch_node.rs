@@ -13,11 +13,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use flushpoint::db::collect_range;
 use flushpoint::demo::{ChainSpec, KvApp, Profile, Tx, account_key};
-use flushpoint::{
-    Db, Direction, FlushPolicy, HoldingDb, KeyRange, MemoryDb, NoEvents, Node, PrefetchPool,
-    collect_range,
-};
+use flushpoint::prefetch::PrefetchPool;
+use flushpoint::{Db, Direction, FlushPolicy, HoldingDb, KeyRange, MemoryDb, NoEvents, Node};
 
 /// What a run ends with: the tip hash, the app hash and every key of the databases.
 type Outcome = ([u8; 32], [u8; 32], [BTreeMap<Bytes, Bytes>; 3]);
@@ -37,10 +36,7 @@ fn run(spec: &ChainSpec, prefetch: bool, sync_blocks: u64, consensus: u64) -> Ou
         Box::new(NoEvents),
     )
     .unwrap();
-    let policy = FlushPolicy {
-        window_blocks_max: Some(5),
-        ..FlushPolicy::default()
-    };
+    let policy = FlushPolicy::default().with_window_blocks_max(Some(5));
     let now = Instant::now();
     node.start_block_sync(policy, now).unwrap();
     let tip = sync_blocks + consensus;

@@ -64,12 +64,11 @@ fn queries_answer_from_the_durable_version_while_holding() {
     not_yet_durable(node.rpc_state(), "rpc_state on a fresh node");
     let t0 = Instant::now();
     node.start_block_sync(
-        FlushPolicy {
-            interval: Duration::from_secs(3600),
-            held_bytes_max: u64::MAX,
-            window_blocks_max: None,
-            background: false,
-        },
+        FlushPolicy::default()
+            .with_interval(Duration::from_secs(3600))
+            .with_held_bytes_max(u64::MAX)
+            .with_window_blocks_max(None)
+            .with_background(false),
         t0,
     )
     .unwrap();

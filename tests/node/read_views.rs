@@ -27,12 +27,11 @@ fn open(spec: &ChainSpec) -> Node<flushpoint::demo::DemoChain> {
 }
 
 fn policy(background: bool) -> FlushPolicy {
-    FlushPolicy {
-        interval: Duration::from_secs(3600),
-        held_bytes_max: u64::MAX,
-        window_blocks_max: None,
-        background,
-    }
+    FlushPolicy::default()
+        .with_interval(Duration::from_secs(3600))
+        .with_held_bytes_max(u64::MAX)
+        .with_window_blocks_max(None)
+        .with_background(background)
 }
 
 /// Which of blocks `1..=top` each view sees, by height, by hash and by seen commit; checks

@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use flushpoint::db::CountingDb;
 use flushpoint::demo::{ChainSpec, KvApp, Profile};
-use flushpoint::{CountingDb, Db, FlushPolicy, HandshakeCase, HoldingDb, MemoryDb, NoEvents, Node};
+use flushpoint::{Db, FlushPolicy, HandshakeCase, HoldingDb, MemoryDb, NoEvents, Node};
 
 #[test]
 fn block_sync_then_consensus_then_restart_is_consistent() {
@@ -32,12 +33,10 @@ fn smoke(background: bool) {
     };
     let (mut node, report) = open();
     assert_eq!(report.case, HandshakeCase::Fresh);
-    let policy = FlushPolicy {
-        window_blocks_max: Some(4),
-        interval: std::time::Duration::from_secs(3600),
-        background,
-        ..FlushPolicy::default()
-    };
+    let policy = FlushPolicy::default()
+        .with_window_blocks_max(Some(4))
+        .with_interval(std::time::Duration::from_secs(3600))
+        .with_background(background);
     node.start_block_sync(policy, Instant::now()).unwrap();
     let before = (bs.counts(), st.counts(), app_db.counts());
     let mut flushes = 0;

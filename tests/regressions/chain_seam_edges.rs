@@ -21,10 +21,13 @@ use bytes::Bytes;
 
 use flushpoint::codec::keys;
 use flushpoint::demo::{Block, BlockResults, DemoChain, KvApp, State};
+use flushpoint::home::ROLLBACK_INTENT_FILE;
+use flushpoint::records::{HistoryEntry, PartRecord, StateStoreBase, encode};
+use flushpoint::store::{BlockStore, StateStore};
+use flushpoint::testing::{DirFate, FileFate, SimFs, SimOp};
 use flushpoint::{
-    BlockStore, Chain, Db, DirFate, Error, FileFate, HistoryEntry, HistorySlot, HoldingDb, Home,
-    MemoryDb, NoEvents, Node, PartRecord, PartSet, ROLLBACK_INTENT_FILE, RedbOptions, Result,
-    SimFs, SimOp, StateStore, StateStoreBase, StoredHistory, encode,
+    Chain, Db, Error, HistorySlot, HoldingDb, Home, MemoryDb, NoEvents, Node, PartSet, RedbOptions,
+    Result, StoredHistory,
 };
 use support::ledger::{self, Ledger, LedgerApp, LedgerBlock};
 use support::plan;

@@ -29,10 +29,10 @@ use std::sync::atomic::Ordering;
 use flushpoint::codec::keys;
 use flushpoint::codec::{Reader, Writer};
 use flushpoint::codec::{RecordKind, decode_record, encode_record};
-use flushpoint::{
-    Batch, CorruptReason, Db, Durability, ErrorKind, FileSystem, RedbDb, RedbOptions, SimFs,
-    fsync_dir,
-};
+use flushpoint::db::fsync_dir;
+use flushpoint::fs::FileSystem;
+use flushpoint::testing::SimFs;
+use flushpoint::{Batch, CorruptReason, Db, Durability, ErrorKind, RedbDb, RedbOptions};
 
 use support::fs::{Hook, HookedFs};
 
@@ -430,7 +430,10 @@ fn the_temporary_file_has_nothing_unsynced_when_it_is_renamed() {
             "redb's syncs lost: {lose}: the renamed file had {pending} unsynced ops"
         );
         // The durable image holds a database redb opens without creating anything.
-        let img = sim.crash_image(flushpoint::DirFate::DropAll, flushpoint::FileFate::DropAll);
+        let img = sim.crash_image(
+            flushpoint::testing::DirFate::DropAll,
+            flushpoint::testing::FileFate::DropAll,
+        );
         let bytes = img.read(path).expect("the real name is durable");
         assert!(
             !bytes.is_empty(),

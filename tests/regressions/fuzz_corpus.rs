@@ -24,13 +24,16 @@ use std::time::Instant;
 
 use arbitrary::{Arbitrary, Unstructured};
 use flushpoint::codec::RecordKind;
+use flushpoint::db::collect_range;
 use flushpoint::demo::{
     Block, BlockResults, ChainSpec, Commit, ConsensusParams, KvApp, Profile, State,
     TypedHistoryEntry, ValidatorSet,
 };
+use flushpoint::records::{
+    BlockMeta, BlockStoreState, FlushRecord, HeightValue, Record, decode, encode,
+};
 use flushpoint::{
-    BlockMeta, BlockStoreState, CorruptReason, Direction, FlushPolicy, FlushRecord, HeightValue,
-    HoldingDb, KeyRange, MemoryDb, NoEvents, Node, Record, collect_range, decode, encode,
+    CorruptReason, Direction, FlushPolicy, HoldingDb, KeyRange, MemoryDb, NoEvents, Node,
 };
 use fuzz_checks::{KEY, TARGETS, run_target};
 use support::Rng;
@@ -219,10 +222,7 @@ fn real_chain() -> (Entries, Vec<Block>) {
         Box::new(NoEvents),
     )
     .expect("open node");
-    let policy = FlushPolicy {
-        window_blocks_max: Some(4),
-        ..FlushPolicy::default()
-    };
+    let policy = FlushPolicy::default().with_window_blocks_max(Some(4));
     let now = Instant::now();
     node.start_block_sync(policy, now).expect("block sync");
     let mut blocks = Vec::new();

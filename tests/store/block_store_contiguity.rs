@@ -9,8 +9,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use flushpoint::db::{CountingDb, SyncCounters};
 use flushpoint::demo::{Block, Commit, Header};
-use flushpoint::{BlockStore, CountingDb, Error, MemoryDb, PartSet, SyncCounters};
+use flushpoint::store::BlockStore;
+use flushpoint::{Error, MemoryDb, PartSet};
 use support::{Saved, block_at, chain, light_block};
 
 /// A store over a counted memory db, with handles to inspect both.

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use flushpoint::codec::keys;
-use flushpoint::{
-    BlockStore, CountingDb, Db, Direction, Error, FlushRecord, KeyRange, MemoryDb,
-    PRUNE_BATCH_BLOCKS, RedbDb, RedbOptions, collect_range,
-};
+use flushpoint::db::{CountingDb, collect_range};
+use flushpoint::records::FlushRecord;
+use flushpoint::store::{BlockStore, PRUNE_BATCH_BLOCKS};
+use flushpoint::{Db, Direction, Error, KeyRange, MemoryDb, RedbDb, RedbOptions};
 use support::{Saved, block_at, chain, txs};
 
 /// A chain 1..=n where every third block is multi-part (3 parts) and the rest are light.
@@ -199,7 +199,7 @@ fn prune_removes_every_record_below_retain_and_advances_base() {
         assert!(
             h.is_none_or(|h| h >= 4),
             "key {} survived",
-            flushpoint::hex(&k)
+            flushpoint::codec::hex(&k)
         );
     }
     assert_eq!(keys_of(&*mem).len(), expected_key_count(&blocks, 4, 10));

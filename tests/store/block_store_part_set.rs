@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
+use flushpoint::db::CountingDb;
 use flushpoint::demo::{ChainSpec, KvApp, Profile};
-use flushpoint::{
-    BlockStore, CountingDb, Db, Error, FlushPolicy, HoldingDb, MemoryDb, NoEvents, Node, PartSet,
-};
+use flushpoint::store::BlockStore;
+use flushpoint::{Db, Error, FlushPolicy, HoldingDb, MemoryDb, NoEvents, Node, PartSet};
 
 fn spec(seed: u64) -> ChainSpec {
     ChainSpec::new(seed, Profile::Mixed)

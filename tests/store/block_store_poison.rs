@@ -10,10 +10,10 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use flushpoint::records::FlushRecord;
+use flushpoint::store::BlockStore;
 use flushpoint::testing::{FailAfter, FailingDb};
-use flushpoint::{
-    Batch, BlockStore, Db, Durability, Error, FlushRecord, MemoryDb, RedbDb, RedbOptions, Result,
-};
+use flushpoint::{Batch, Db, Durability, Error, MemoryDb, RedbDb, RedbOptions, Result};
 use redb::{BackendError, StorageBackend, backends::InMemoryBackend};
 use support::{Saved, chain};
 

@@ -7,8 +7,10 @@ use crate::support;
 
 use std::sync::Arc;
 
+use flushpoint::db::CountingDb;
+use flushpoint::store::BlockStore;
 use flushpoint::testing::{FailAfter, FailingDb};
-use flushpoint::{BlockStore, CountingDb, Db, MemoryDb};
+use flushpoint::{Db, MemoryDb};
 use support::chain;
 
 #[test]

@@ -5,7 +5,9 @@ use crate::support;
 
 use std::sync::Arc;
 
-use flushpoint::{BlockStore, FlushRecord, MemoryDb};
+use flushpoint::MemoryDb;
+use flushpoint::records::FlushRecord;
+use flushpoint::store::BlockStore;
 use support::chain;
 
 #[test]

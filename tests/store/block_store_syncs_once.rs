@@ -17,9 +17,9 @@ use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use flushpoint::{
-    Batch, BlockStore, CountingDb, Db, Durability, MemoryDb, RedbDb, RedbOptions, SyncCounters,
-};
+use flushpoint::db::{CountingDb, SyncCounters};
+use flushpoint::store::BlockStore;
+use flushpoint::{Batch, Db, Durability, MemoryDb, RedbDb, RedbOptions};
 use redb::{BackendError, StorageBackend, backends::FileBackend};
 use support::{Saved, block_at, forty_part_txs, light_block};
 

@@ -16,9 +16,8 @@ use bytes::Bytes;
 use flushpoint::codec::{RecordKind, decode_record, keys};
 use flushpoint::demo::DemoHistory;
 use flushpoint::demo::{BlockResults, ConsensusParams, State, TxResult, Validator, ValidatorSet};
-use flushpoint::{
-    Batch, CorruptReason, Db, Durability, Error, HISTORY_CHECKPOINT_INTERVAL, MemoryDb, StateStore,
-};
+use flushpoint::store::{HISTORY_CHECKPOINT_INTERVAL, StateStore};
+use flushpoint::{Batch, CorruptReason, Db, Durability, Error, MemoryDb};
 use support::{Saved, block_at};
 
 fn addr(i: u8) -> [u8; 32] {
@@ -398,7 +397,7 @@ fn rollback_removes_history_and_results_above_and_restores_state() {
     }
     assert_eq!(store.load_results(20).unwrap(), Some(results(20)));
     // No key of the state store names a height above 21.
-    let all = flushpoint::collect_range(
+    let all = flushpoint::db::collect_range(
         &*mem,
         flushpoint::KeyRange::all(),
         flushpoint::Direction::Forward,
@@ -408,7 +407,7 @@ fn rollback_removes_history_and_results_above_and_restores_state() {
         assert!(
             keys::height_of(&k).is_none_or(|h| h <= 21),
             "{}",
-            flushpoint::hex(&k)
+            flushpoint::codec::hex(&k)
         );
     }
 }

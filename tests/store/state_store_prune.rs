@@ -22,13 +22,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use flushpoint::codec::keys;
+use flushpoint::db::collect_range;
 use flushpoint::demo::DemoHistory;
 use flushpoint::demo::{BlockResults, ConsensusParams, State, TxResult, Validator, ValidatorSet};
+use flushpoint::store::{HISTORY_CHECKPOINT_INTERVAL, STATE_PRUNE_BATCH_HEIGHTS, StateStore};
 use flushpoint::testing::{FailAfter, FailingDb, RecordingDb, WriteLog};
-use flushpoint::{
-    Batch, Db, Direction, Durability, Error, ErrorKind, HISTORY_CHECKPOINT_INTERVAL, KeyRange,
-    MemoryDb, Op, STATE_PRUNE_BATCH_HEIGHTS, StateStore, collect_range,
-};
+use flushpoint::{Batch, Db, Direction, Durability, Error, ErrorKind, KeyRange, MemoryDb, Op};
 use support::{Rng, block_at};
 
 type Map = BTreeMap<Bytes, Bytes>;
@@ -593,10 +592,10 @@ fn the_checks_reject_wrong_stores() {
     assert!(check_cut_state(&open(&m), &before, 0, 2100).is_err());
     // 4. A base that is neither the old one nor the retain height.
     let mut m = map.clone();
-    let mid = flushpoint::StateStoreBase { base: 1500 };
+    let mid = flushpoint::records::StateStoreBase { base: 1500 };
     m.insert(
         base_key.clone(),
-        flushpoint::encode(&keys::singleton(keys::STATE_STORE_BASE), &mid),
+        flushpoint::records::encode(&keys::singleton(keys::STATE_STORE_BASE), &mid),
     );
     assert!(check_cut_state(&open(&m), &before, 0, 2100).is_err());
     // 5. Leftover records below the base: loads are fine, the raw check is not.
@@ -638,7 +637,7 @@ fn a_corrupt_base_record_is_reported_never_taken_as_a_base() {
     // A flipped bit, and an intact record holding base 0 (outside the domain).
     let mut flipped = good.to_vec();
     flipped[3] ^= 0x01;
-    let zero = flushpoint::encode(&k, &flushpoint::StateStoreBase { base: 0 });
+    let zero = flushpoint::records::encode(&k, &flushpoint::records::StateStoreBase { base: 0 });
     for bad in [Bytes::from(flipped), zero] {
         let mut b = Batch::new();
         b.put(Bytes::copy_from_slice(&k), bad);
@@ -750,12 +749,10 @@ fn prune_through_the_node_in_block_sync_and_consensus_survives_restart() {
     };
     let base_key = keys::singleton(keys::STATE_STORE_BASE);
     let (mut node, _) = open();
-    let policy = FlushPolicy {
-        window_blocks_max: Some(4),
-        interval: Duration::from_secs(3600),
-        background: false,
-        ..FlushPolicy::default()
-    };
+    let policy = FlushPolicy::default()
+        .with_window_blocks_max(Some(4))
+        .with_interval(Duration::from_secs(3600))
+        .with_background(false);
     node.start_block_sync(policy, Instant::now()).unwrap();
     for _ in 0..5 {
         let (b, p, c) = spec.next_block(node.state());

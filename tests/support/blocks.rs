@@ -6,7 +6,8 @@
 
 use bytes::Bytes;
 use flushpoint::demo::{Block, Commit, Header};
-use flushpoint::{BlockStore, Hash, PartSet, Result};
+use flushpoint::store::BlockStore;
+use flushpoint::{Hash, PartSet, Result};
 
 use super::Rng;
 

@@ -14,8 +14,8 @@ pub fn dir_fates(
     seed: u64,
     subsets_max_ops: usize,
     samples: usize,
-) -> Vec<flushpoint::DirFate> {
-    use flushpoint::DirFate;
+) -> Vec<flushpoint::testing::DirFate> {
+    use flushpoint::testing::DirFate;
     let mut v = vec![DirFate::DropAll, DirFate::KeepAll];
     v.extend((1..n).map(DirFate::Prefix));
     if n <= subsets_max_ops {
@@ -29,8 +29,8 @@ pub fn dir_fates(
 
 /// The file fates tried for a crash: unsynced writes dropped, kept, and landed or torn at
 /// random (1 seed; 5 with `FLUSHPOINT_FULL=1`).
-pub fn file_fates(seed: u64) -> Vec<flushpoint::FileFate> {
-    use flushpoint::FileFate;
+pub fn file_fates(seed: u64) -> Vec<flushpoint::testing::FileFate> {
+    use flushpoint::testing::FileFate;
     let seeds = if full() { 5 } else { 1 };
     let mut v = vec![FileFate::DropAll, FileFate::KeepAll];
     v.extend((0..seeds).map(|i| FileFate::Random(seed.wrapping_add(i))));

@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use flushpoint::{FileSystem, FsFile, OpenMode, SimFs};
+use flushpoint::fs::{FileSystem, FsFile, OpenMode};
+use flushpoint::testing::SimFs;
 
 /// What a [`HookedFs`] does.
 #[derive(Debug, Clone, PartialEq, Eq)]

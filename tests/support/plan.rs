@@ -34,12 +34,10 @@ pub fn spec(initial_height: u64) -> ChainSpec {
 /// Windows of exactly `window` blocks; the interval never fires during a test;
 /// `background`: flush points written by the flush thread (ADR 0004) or synchronously.
 pub fn policy(window: u64, background: bool) -> FlushPolicy {
-    FlushPolicy {
-        window_blocks_max: Some(window),
-        interval: Duration::from_secs(3600),
-        background,
-        ..FlushPolicy::default()
-    }
+    FlushPolicy::default()
+        .with_window_blocks_max(Some(window))
+        .with_interval(Duration::from_secs(3600))
+        .with_background(background)
 }
 
 /// What a run syncs: block sync up to `bs_end` in windows of `window` blocks (a flush point

@@ -9,7 +9,8 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use flushpoint::{PrefetchSession, PrefetchSource, Result};
+use flushpoint::Result;
+use flushpoint::prefetch::{PrefetchSession, PrefetchSource};
 
 /// A source whose value for every key is `value_bytes` bytes (a key starting with `-` is
 /// absent); with `gated`, each `get_many` waits until the gate is opened.

@@ -11,19 +11,17 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use flushpoint::db::collect_range;
 use flushpoint::demo::{ChainSpec, KvApp, Profile};
-use flushpoint::{
-    Db, Direction, HoldingDb, Home, KeyRange, NoEvents, Node, RedbOptions, SimFs, collect_range,
-};
+use flushpoint::testing::SimFs;
+use flushpoint::{Db, Direction, HoldingDb, Home, KeyRange, NoEvents, Node, RedbOptions};
 
 /// Where the home lies on the simulated file system.
 pub const HOME: &str = "/data/node/home";
 
 /// A small page cache, so that a few blocks reach the file.
 pub fn options() -> RedbOptions {
-    RedbOptions {
-        cache_bytes: 64 * 1024,
-    }
+    RedbOptions::default().with_cache_bytes(64 * 1024)
 }
 
 /// The chain: validators change every 2 blocks and params every 3, so the state's history

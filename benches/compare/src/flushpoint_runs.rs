@@ -17,12 +17,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flushpoint::db::{CountingDb, SyncCounters};
 use flushpoint::demo::DemoHistory;
 use flushpoint::demo::{ChainSpec, KvApp, Profile, Tx};
+use flushpoint::store::{BlockStore, StateStore};
 use flushpoint::{
-    Batch, BlockStore, CountingDb, Db, DbWrapper, Direction, Durability, FlushPolicy, HoldingDb,
-    Home, HomeEngine, HomeOptions, KeyRange, MemoryDb, Mode, NoEvents, Node, Op, RedbOptions,
-    StateStore, SyncCounters,
+    Batch, Db, DbWrapper, Direction, Durability, FlushPolicy, HoldingDb, Home, HomeEngine,
+    HomeOptions, KeyRange, MemoryDb, Mode, NoEvents, Node, Op, RedbOptions,
 };
 
 use crate::check::{Outcome, check};
@@ -187,7 +188,7 @@ fn open_dbs(mode: FpMode, dir: &Path) -> Result<Dbs, String> {
         )
     } else {
         // The `fp-*` rows are redb's; the journal (the default engine) has its own rows.
-        let home = Home::open_with(dir, HomeOptions::with_engine(HomeEngine::Redb))
+        let home = Home::open_with(dir, HomeOptions::default().with_engine(HomeEngine::Redb))
             .map_err(fp_err("open home"))?;
         (
             [
@@ -364,7 +365,7 @@ fn durable_heights(bs: Arc<dyn Db>, st: Arc<dyn Db>, app: Arc<dyn Db>) -> Result
     let bs = BlockStore::<flushpoint::demo::Block>::open(bs).map_err(fp_err("block store"))?;
     let st = StateStore::<flushpoint::demo::DemoChain>::open(st);
     let app = KvApp::open(Arc::new(HoldingDb::new(app))).map_err(fp_err("app"))?;
-    let (_, o) = flushpoint::observe(&bs, &st, &app).map_err(fp_err("observe"))?;
+    let (_, o) = flushpoint::node::observe(&bs, &st, &app).map_err(fp_err("observe"))?;
     Ok([o.block_store_height, o.state_height, o.app_height])
 }
 
@@ -932,7 +933,7 @@ pub fn index_bench(dir: &Path, cfg: &IndexConfig) -> Result<Vec<IndexRow>, Strin
     let mem: Vec<Arc<dyn Db>> = disk
         .iter()
         .map(|d| {
-            let map = flushpoint::collect_range(&**d, KeyRange::all(), Direction::Forward)?
+            let map = flushpoint::db::collect_range(&**d, KeyRange::all(), Direction::Forward)?
                 .into_iter()
                 .collect();
             Ok(Arc::new(MemoryDb::from_map(d.name(), map)) as Arc<dyn Db>)
@@ -952,9 +953,7 @@ pub fn index_bench(dir: &Path, cfg: &IndexConfig) -> Result<Vec<IndexRow>, Strin
 
     // Disk, cold: a small redb cache, and the files' pages dropped from the OS cache before
     // each timed pass, so lookups read the disk.
-    let options = RedbOptions {
-        cache_bytes: COLD_CACHE_BYTES,
-    };
+    let options = RedbOptions::default().with_cache_bytes(COLD_CACHE_BYTES);
     let home = Home::open_with(dir, &options).map_err(e)?;
     let counters = redb_dbs(&home)?.map(|d| d.backend_counters());
     let files: Vec<std::path::PathBuf> = redb_dbs(&home)?

@@ -15,10 +15,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flushpoint::demo::{Block, ChainSpec, Commit, KvApp};
-use flushpoint::{
-    BlockStore, Db, FlushPolicy, HoldingDb, JournalEngine, JournalOptions, KeyspaceOptions,
-    MemoryDb, Mode, NoEvents, Node, PartSet, SEPARATE_VALUES_FROM_BYTES, StateStore, StdFs,
+use flushpoint::fs::StdFs;
+use flushpoint::journal::{
+    JournalEngine, JournalOptions, KeyspaceOptions, SEPARATE_VALUES_FROM_BYTES,
 };
+use flushpoint::store::{BlockStore, StateStore};
+use flushpoint::{Db, FlushPolicy, HoldingDb, MemoryDb, Mode, NoEvents, Node, PartSet};
 
 use crate::check::{Outcome, check};
 use crate::flushpoint_runs::{CHAIN_SEED, FpMode, FpRunOut};
@@ -49,25 +51,34 @@ fn open(dir: &Path) -> Result<JournalEngine, String> {
     let engine = JournalEngine::open(
         Arc::new(StdFs),
         &dir.join("journal"),
-        JournalOptions {
-            prepare_segments: std::env::var("FPJ_PREPARE").map_or(true, |v| v != "0"),
-            apply_batch_delay: std::env::var("FPJ_APPLY_DELAY_MS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .map_or(flushpoint::APPLY_BATCH_DELAY, Duration::from_millis),
-            index_cache_bytes: mib_from_env("FPJ_INDEX_CACHE_MIB")
-                .unwrap_or(defaults.index_cache_bytes as u64)
-                as usize,
-            checkpoint_bytes: mib_from_env("FPJ_CHECKPOINT_MIB")
-                .unwrap_or(defaults.checkpoint_bytes),
-            overlay_bytes_max: mib_from_env("FPJ_OVERLAY_MIB")
-                .unwrap_or(defaults.overlay_bytes_max),
-            prepared_units_below_bytes: std::env::var("FPJ_PREPARED_BELOW_KIB")
-                .ok()
-                .and_then(|v| v.parse::<u64>().ok())
-                .map_or(defaults.prepared_units_below_bytes, |kib| kib * 1024),
-            ..defaults
-        },
+        defaults
+            .clone()
+            .with_prepare_segments(std::env::var("FPJ_PREPARE").map_or(true, |v| v != "0"))
+            .with_apply_batch_delay(
+                std::env::var("FPJ_APPLY_DELAY_MS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .map_or(
+                        flushpoint::journal::APPLY_BATCH_DELAY,
+                        Duration::from_millis,
+                    ),
+            )
+            .with_index_cache_bytes(
+                mib_from_env("FPJ_INDEX_CACHE_MIB").unwrap_or(defaults.index_cache_bytes as u64)
+                    as usize,
+            )
+            .with_checkpoint_bytes(
+                mib_from_env("FPJ_CHECKPOINT_MIB").unwrap_or(defaults.checkpoint_bytes),
+            )
+            .with_overlay_bytes_max(
+                mib_from_env("FPJ_OVERLAY_MIB").unwrap_or(defaults.overlay_bytes_max),
+            )
+            .with_prepared_units_below_bytes(
+                std::env::var("FPJ_PREPARED_BELOW_KIB")
+                    .ok()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .map_or(defaults.prepared_units_below_bytes, |kib| kib * 1024),
+            ),
     )
     .map_err(fp_err("open journal"))?;
     // As a journal home does (ADR 0013): the block store's parts are written once, to the
@@ -120,7 +131,7 @@ fn durable_heights(engine: &JournalEngine) -> Result<[u64; 3], String> {
         .map_err(fp_err("block store"))?;
     let st = StateStore::<flushpoint::demo::DemoChain>::open(ks(KEYSPACES[1])?);
     let app = KvApp::open(Arc::new(HoldingDb::new(ks(KEYSPACES[2])?))).map_err(fp_err("app"))?;
-    let (_, o) = flushpoint::observe(&bs, &st, &app).map_err(fp_err("observe"))?;
+    let (_, o) = flushpoint::node::observe(&bs, &st, &app).map_err(fp_err("observe"))?;
     Ok([o.block_store_height, o.state_height, o.app_height])
 }
 

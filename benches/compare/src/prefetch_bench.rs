@@ -29,9 +29,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use flushpoint::demo::{Block, ChainSpec, Header, KvApp, Profile, Tx, account_key};
+use flushpoint::prefetch::PrefetchPool;
 use flushpoint::{
-    App, Db, FlushPolicy, HoldingDb, Home, HomeEngine, HomeOptions, NoEvents, Node, PrefetchPool,
-    RedbDb, RedbOptions,
+    App, Db, FlushPolicy, HoldingDb, Home, HomeEngine, HomeOptions, NoEvents, Node, RedbDb,
+    RedbOptions,
 };
 
 use crate::sys::ProcIo;
@@ -233,8 +234,8 @@ fn cold(a: &PrefetchArgs) -> Result<bool, String> {
             format!(", built in {:.0} s", built.as_secs_f64())
         }
     );
-    let pool =
-        PrefetchPool::new(flushpoint::PREFETCH_WORKERS_DEFAULT).map_err(|e| e.to_string())?;
+    let pool = PrefetchPool::new(flushpoint::prefetch::PREFETCH_WORKERS_DEFAULT)
+        .map_err(|e| e.to_string())?;
     let samples = if a.quick { 1 } else { a.samples };
     let (mut without, mut with, mut pre) = (Vec::new(), Vec::new(), Vec::new());
     let (mut rb_without, mut rb_with, mut rb_pre) = (Vec::new(), Vec::new(), Vec::new());
@@ -319,10 +320,10 @@ fn cold(a: &PrefetchArgs) -> Result<bool, String> {
 
 fn warm_run(dir: &Path, prefetch: bool, blocks: u64) -> Result<f64, String> {
     let _ = std::fs::remove_dir_all(dir);
-    let home = Home::open_with(dir, HomeOptions::with_engine(HomeEngine::Redb))
+    let home = Home::open_with(dir, HomeOptions::default().with_engine(HomeEngine::Redb))
         .map_err(|e| e.to_string())?;
-    let pool =
-        PrefetchPool::new(flushpoint::PREFETCH_WORKERS_DEFAULT).map_err(|e| e.to_string())?;
+    let pool = PrefetchPool::new(flushpoint::prefetch::PREFETCH_WORKERS_DEFAULT)
+        .map_err(|e| e.to_string())?;
     let spec = ChainSpec {
         account_keys: WARM_KEYS,
         ..ChainSpec::new(5, Profile::Accounts)

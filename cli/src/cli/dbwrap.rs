@@ -16,9 +16,8 @@ use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use flushpoint::{
-    Batch, Db, DbWrapper, Durability, EntryRef, Result, UnitGroup, UnitMember, UnitPart,
-};
+use flushpoint::db::{UnitGroup, UnitMember, UnitPart};
+use flushpoint::{Batch, Db, DbWrapper, Durability, EntryRef, Result};
 
 /// Environment variable that makes `sync` print `@fp` markers for `crash-test`.
 pub const CRASH_TEST_ENV: &str = "FLUSHPOINT_CRASH_TEST";

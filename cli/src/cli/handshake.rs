@@ -2,11 +2,12 @@
 //! `inspect`, and `sync`'s crash-test marker before it runs) and what it found and did
 //! ([`handshake_text`]: `sync` and `rollback --repair`).
 //!
-//! Invariant: pure: decides from what was observed (`flushpoint::classify`) or reported,
+//! Invariant: pure: decides from what was observed (`flushpoint::node::classify`) or reported,
 //! reads and writes nothing.
 //! Invariant: imports nothing from the tool's other modules.
 
-use flushpoint::{HandshakeCase, HandshakeReport, Observed, classify};
+use flushpoint::node::{Observed, classify};
+use flushpoint::{HandshakeCase, HandshakeReport};
 use serde::Serialize;
 
 /// The handshake's verdict.

@@ -7,7 +7,9 @@
 use std::sync::Arc;
 
 use flushpoint::demo::KvApp;
-use flushpoint::{BlockStore, Db, HoldingDb, Home, Observed, StateStore};
+use flushpoint::node::Observed;
+use flushpoint::store::{BlockStore, StateStore};
+use flushpoint::{Db, HoldingDb, Home};
 use serde::Serialize;
 
 /// The three heights.
@@ -40,8 +42,8 @@ pub fn read_durable(home: &Home) -> flushpoint::Result<Durable> {
         BlockStore::<flushpoint::demo::Block>::open(home.block_store_db.clone() as Arc<dyn Db>)?;
     let st = StateStore::<flushpoint::demo::DemoChain>::open(home.state_db.clone() as Arc<dyn Db>);
     let app = KvApp::open(Arc::new(HoldingDb::new(home.app_db.clone() as Arc<dyn Db>)))?;
-    let (state, observed) = flushpoint::observe(&bs, &st, &app)?;
-    let app_hash = flushpoint::hex(&flushpoint::App::durable(&app)?.app_hash);
+    let (state, observed) = flushpoint::node::observe(&bs, &st, &app)?;
+    let app_hash = flushpoint::codec::hex(&flushpoint::App::durable(&app)?.app_hash);
     Ok(Durable {
         heights: HeightsJson {
             block_store: bs.height(),

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use flushpoint::{BlockStore, Db, Home};
+use flushpoint::store::BlockStore;
+use flushpoint::{Db, Home};
 use serde::Serialize;
 
 use super::error::{CliResult, describe};
@@ -39,9 +40,9 @@ pub struct JournalInspect {
     /// The last unit the index's durable checkpoint covers.
     pub checkpoint_seq: u64,
     /// The engine's counts since this process opened it (its recovery's work).
-    pub counts: flushpoint::JournalCounts,
+    pub counts: flushpoint::journal::JournalCounts,
     /// What the journal's files and each keyspace occupy (`JournalEngine::usage`).
-    pub usage: flushpoint::JournalUsage,
+    pub usage: flushpoint::journal::JournalUsage,
     /// The block store's share of the disk: its index pages plus its share of the held
     /// segments, beside its logical bytes. Held segments keep the block store's parts and
     /// the app's large values (ADR 0013, 0016): the block store is charged the fraction of
@@ -74,7 +75,7 @@ pub struct InspectReport {
     /// The block store's base (lowest stored height).
     pub base: u64,
     /// The last flush record, `{from, to}`.
-    pub flush_record: Option<flushpoint::FlushRecord>,
+    pub flush_record: Option<flushpoint::records::FlushRecord>,
     /// The app hash on disk (hex).
     pub app_hash: String,
     /// On-disk size per database (redb: `block_store`, `state`, `app`; journal: `journal`,
@@ -90,7 +91,10 @@ pub struct InspectReport {
 
 /// The part of `usage`'s held segment bytes that keyspace `k`'s values in the journal
 /// make up of all keyspaces' (0 when no keyspace keeps values there).
-fn held_share(usage: &flushpoint::JournalUsage, k: &flushpoint::KeyspaceUsage) -> u64 {
+fn held_share(
+    usage: &flushpoint::journal::JournalUsage,
+    k: &flushpoint::journal::KeyspaceUsage,
+) -> u64 {
     let all: u128 = usage
         .keyspaces
         .values()
@@ -147,7 +151,7 @@ fn read_report(home_path: &Path) -> flushpoint::Result<InspectReport> {
         home_path,
         flushpoint::HomeOptions::default(),
     )?;
-    let rollback_in_progress = flushpoint::pending_rollback(&home)?;
+    let rollback_in_progress = flushpoint::home::pending_rollback(&home)?;
     let Durable {
         heights,
         observed,
@@ -282,7 +286,7 @@ pub fn run(a: &InspectArgs) -> CliResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flushpoint::{JournalUsage, KeyspaceUsage};
+    use flushpoint::journal::{JournalUsage, KeyspaceUsage};
 
     fn usage(held: u64, values: &[(&str, u64)]) -> JournalUsage {
         JournalUsage {

@@ -20,9 +20,8 @@ use std::sync::Arc;
 
 use clap::Args;
 use flushpoint::demo::{ChainSpec, KvApp};
-use flushpoint::{
-    Db, Error, HandshakeCase, HoldingDb, Home, NoEvents, Node, RollbackRefusal, classify, observe,
-};
+use flushpoint::node::{classify, observe};
+use flushpoint::{Db, Error, HandshakeCase, HoldingDb, Home, NoEvents, Node, RollbackRefusal};
 
 use super::error::{CliError, CliResult, describe};
 use super::flags::resolve_home;
@@ -50,15 +49,15 @@ fn open_app(home: &Home) -> flushpoint::Result<KvApp<Arc<dyn Db>>> {
 /// `--repair`: runs the handshake (and its repair) when the home has a repairable shape and
 /// no interrupted rollback (whose half-lowered shape the handshake would undo).
 fn repair(home: &Home, print: bool) -> flushpoint::Result<()> {
-    if flushpoint::pending_rollback(home)?.is_some() {
+    if flushpoint::home::pending_rollback(home)?.is_some() {
         return Ok(());
     }
     let (_, o) = {
-        let bs = flushpoint::BlockStore::<flushpoint::demo::Block>::open(
+        let bs = flushpoint::store::BlockStore::<flushpoint::demo::Block>::open(
             home.block_store_db.clone() as Arc<dyn Db>,
         )?;
-        let st = flushpoint::StateStore::<flushpoint::demo::DemoChain>::open(
-            home.state_db.clone() as Arc<dyn Db>
+        let st = flushpoint::store::StateStore::<flushpoint::demo::DemoChain>::open(
+            home.state_db.clone() as Arc<dyn Db>,
         );
         observe(&bs, &st, &open_app(home)?)?
     };
@@ -90,7 +89,7 @@ fn repair(home: &Home, print: bool) -> flushpoint::Result<()> {
 fn roll(
     home_path: &std::path::Path,
     a: &RollbackArgs,
-    fs: Arc<dyn flushpoint::FileSystem>,
+    fs: Arc<dyn flushpoint::fs::FileSystem>,
     print: bool,
 ) -> flushpoint::Result<flushpoint::RollbackReport> {
     let home = Home::open_for_rollback_on(fs, home_path, flushpoint::HomeOptions::default())?;
@@ -115,7 +114,7 @@ pub fn run(a: &RollbackArgs) -> CliResult<()> {
     // only a rollback that goes through opens the home for writing and runs again.
     let mut outcome = roll(&home_path, a, Home::read_only_fs(), false);
     if matches!(&outcome, Ok(r) if !r.nothing_to_do || a.repair) {
-        outcome = roll(&home_path, a, Arc::new(flushpoint::StdFs), true);
+        outcome = roll(&home_path, a, Arc::new(flushpoint::fs::StdFs), true);
     }
     let r = match outcome {
         Ok(r) => r,

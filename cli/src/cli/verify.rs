@@ -1,5 +1,5 @@
 //! `flushpoint verify`: reads every record and part of a home through a read-only open and
-//! reports what is damaged and where ([`flushpoint::verify`]); exit 1 if anything is.
+//! reports what is damaged and where ([`flushpoint::verify()`]); exit 1 if anything is.
 //!
 //! Read-only: the home is opened on a copy-on-write layer ([`Home::open_read_only`]'s),
 //! so every file is opened for reading only and the home is left byte for byte as it was

@@ -139,7 +139,7 @@ fn an_interrupted_rollback_is_refused_by_sync_shown_by_inspect_and_finished_by_r
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     sync_json(&home, 30, 2, 1);
-    std::fs::write(home.join(flushpoint::ROLLBACK_INTENT_FILE), "20\n").unwrap();
+    std::fs::write(home.join(flushpoint::home::ROLLBACK_INTENT_FILE), "20\n").unwrap();
     let h = home.to_str().unwrap();
     let o = run(&[
         "sync",

@@ -14,6 +14,7 @@ use crate::demo::types::{ConsensusParams, Validator};
 
 /// A demo-app transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Tx {
     /// Set `key` to `value`.
     Set(Bytes, Bytes),

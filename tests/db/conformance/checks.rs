@@ -149,14 +149,24 @@ pub fn prefix_ranges(f: &mut Fixture) {
             .into_iter()
             .map(|(k, _)| k)
             .collect();
-        assert_eq!(got, want, "prefix {} forward", flushpoint::hex(prefix));
+        assert_eq!(
+            got,
+            want,
+            "prefix {} forward",
+            flushpoint::codec::hex(prefix)
+        );
         want.reverse();
         let got: Vec<Bytes> = collect_range(db, KeyRange::prefix(prefix), Direction::Reverse)
             .unwrap()
             .into_iter()
             .map(|(k, _)| k)
             .collect();
-        assert_eq!(got, want, "prefix {} reverse", flushpoint::hex(prefix));
+        assert_eq!(
+            got,
+            want,
+            "prefix {} reverse",
+            flushpoint::codec::hex(prefix)
+        );
     }
 }
 

@@ -104,11 +104,9 @@ pub const CACHE_MIB_MAX: u64 = 1024 * 1024;
 /// either engine (all of it to a journal's index; a third to each redb database). A cache
 /// out of [`CACHE_MIB_MIN`]..=[`CACHE_MIB_MAX`] is a usage error.
 pub fn home_options(a: &SyncArgs) -> CliResult<HomeOptions> {
-    let mut options = HomeOptions {
-        engine: a.engine.map(EngineArg::engine),
-        app_index: a.app_index.map(AppIndexArg::index),
-        ..HomeOptions::default()
-    };
+    let mut options = HomeOptions::default()
+        .with_engine(a.engine.map(EngineArg::engine))
+        .with_app_index(a.app_index.map(AppIndexArg::index));
     if let Some(mib) = a.cache_mib {
         if !(CACHE_MIB_MIN..=CACHE_MIB_MAX).contains(&mib) {
             return Err(CliError::usage(format!(
@@ -136,10 +134,10 @@ pub enum AppIndexArg {
 }
 
 impl AppIndexArg {
-    fn index(self) -> flushpoint::KeyspaceIndex {
+    fn index(self) -> flushpoint::journal::KeyspaceIndex {
         match self {
-            AppIndexArg::Tree => flushpoint::KeyspaceIndex::Tree,
-            AppIndexArg::Runs => flushpoint::KeyspaceIndex::Runs,
+            AppIndexArg::Tree => flushpoint::journal::KeyspaceIndex::Tree,
+            AppIndexArg::Runs => flushpoint::journal::KeyspaceIndex::Runs,
         }
     }
 }

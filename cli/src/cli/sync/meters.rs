@@ -8,7 +8,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use flushpoint::{BackendCounters, CountingDb, Db, Home, SyncCounters, SyncCounts};
+use flushpoint::db::{BackendCounters, CountingDb, SyncCounters, SyncCounts};
+use flushpoint::{Db, Home};
 
 use crate::cli::dbwrap::{CliDb, CliUnitGroup, Probe, UnitCounters, Which};
 

@@ -24,9 +24,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flushpoint::demo::{Block, ChainSpec, Commit, DemoChain, KvApp};
+use flushpoint::prefetch::{PREFETCH_WORKERS_DEFAULT, PrefetchPool};
 use flushpoint::{
     Db, FlushPolicy, FlushReport, HandshakeReport, HoldingDb, Home, HomeOptions, Mode, NoEvents,
-    Node, PREFETCH_WORKERS_DEFAULT, PartSet, PrefetchPool,
+    Node, PartSet,
 };
 
 use self::args::{ModeArg, PrefetchArg, home_options};
@@ -232,10 +233,7 @@ impl<'a> Run<'a> {
 
     /// The flush policy of the block-sync phase.
     fn flush_policy(&self) -> FlushPolicy {
-        let mut policy = FlushPolicy {
-            background: !self.args.sync_flush,
-            ..FlushPolicy::default()
-        };
+        let mut policy = FlushPolicy::default().with_background(!self.args.sync_flush);
         if let Some(n) = self.args.flush_every {
             policy.window_blocks_max = Some(n);
         }

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use flushpoint::{Db, HandshakeReport, Home, JournalCounts, Observed};
+use flushpoint::journal::JournalCounts;
+use flushpoint::node::Observed;
+use flushpoint::{Db, HandshakeReport, Home};
 
 use super::meters::{Reading, Snap, peak_rss_bytes};
 use crate::cli::heights::{Durable, HeightsJson};
