@@ -32,7 +32,7 @@ pub struct AppInfo {
 /// The node checks what its crash argument needs from an implementation and, when it is
 /// broken, returns [`crate::Error::Contract`] ([`crate::ErrorKind::Contract`]) instead of
 /// panicking; the node is then poisoned and writes nothing past the broken call
-/// (`tests/node_contracts.rs`):
+/// (`tests/node/contracts.rs`):
 /// - `commit` after `execute_block(h)` returns height `h`, and `committed()` then says `h`;
 /// - after `hold` returned `true`, commits stay off the disk until `write_held`: `durable()`
 ///   stays at the last flush point's height;

@@ -214,7 +214,7 @@ impl RedbDb {
         // The file is complete and durable before it gets its real name, whatever redb's
         // close does: without it a rename that survives a cut could name lost bytes (empty or
         // torn: "magic number mismatch"). redb 4.6 already syncs on close, so today this
-        // sync finds nothing pending (`tests/power_cut_files.rs` cannot tell it is missing).
+        // sync finds nothing pending (`tests/crash/power_cut_files.rs` cannot tell it is missing).
         fs.open_file(&tmp, OpenMode::Existing)
             .and_then(|f| f.sync_all())
             .map_err(io("fsync new file", &tmp))?;

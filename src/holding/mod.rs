@@ -179,7 +179,7 @@ impl<D: Db> Db for HoldingDb<D> {
         // Ordering: bump only now that the write is visible (held: the windows' lock was
         // released; passed through: the backend returned). Moved before the apply, a
         // prefetch read could load the new generation, then read the old value, and keep it
-        // as current (`tests/prefetch_never_stale.rs`, `tests/loom_prefetch.rs`). Bumped on
+        // as current (`tests/node/prefetch_never_stale.rs`, `tests/loom_prefetch.rs`). Bumped on
         // `Err` too: the batch may be on disk, and nothing retained may outlive that doubt.
         #[cfg(not(loom_bug_bump_before_apply))]
         self.generations.bump(batch.ops());

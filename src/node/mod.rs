@@ -121,7 +121,7 @@ pub struct HandshakeReport {
 /// `durable_height() + 1..=height()`), and their events, which never fire. It never loses
 /// what a flush point acknowledged: every block up to the last [`Node::durable_height`]
 /// read before the drop is on disk, and the next open's handshake finds the home consistent
-/// at that height (`tests/node_drop_without_stop.rs`). A background window in flight is
+/// at that height (`tests/crash/node_drop_without_stop.rs`). A background window in flight is
 /// written to the end before the drop returns (it may leave the home one window above that
 /// height, never below). In consensus mode nothing is held, so a drop loses nothing.
 pub struct Node<C: Chain> {
