@@ -12,6 +12,7 @@
 mod counting;
 mod memory;
 mod merge;
+mod pair_crc;
 mod redb_db;
 mod redb_guard;
 mod storage;
