@@ -21,6 +21,9 @@ mod wrapper;
 pub use counting::{CountingDb, SyncCounters, SyncCounts};
 pub use memory::MemoryDb;
 pub(crate) use merge::{MergeOver, OverlayEntry};
+pub(crate) use pair_crc::{
+    PairTable, append_pair_crc, check_neighbours, checked_value, insert_checked,
+};
 pub use redb_db::{RedbDb, RedbOptions, fsync_dir};
 pub(crate) use redb_guard::{GuardedDrop, GuardedIter, RedbGuard};
 pub use redb_guard::{inside_guarded_redb_call, quiet_caught_redb_panics};

@@ -78,6 +78,14 @@ pub(crate) fn insert_checked(
     Ok(())
 }
 
+/// Appends the crc32 of the pair `key` → `stored` (the value so far) to `stored`: the
+/// value as a table of checked pairs stores it, for an insert that needs the old value
+/// back (`Table::insert`).
+pub(crate) fn append_pair_crc(key: &[u8], stored: &mut Vec<u8>) {
+    let crc = pair_crc(key, stored);
+    stored.extend_from_slice(&crc.to_le_bytes());
+}
+
 /// On a miss of `key`, checks the pairs on either side of where it would be with `check`
 /// (a table of checked pairs, or the journal index's checked rows). A bit flipped inside a
 /// stored key leaves its pair in its slot of the leaf page under another key; a lookup of
@@ -120,7 +128,7 @@ mod tests {
     fn a_byte_moved_between_key_and_value_changes_the_pair_crc() {
         assert_ne!(pair_crc(b"ab", b"c"), pair_crc(b"a", b"bc"));
         let mut stored = b"value".to_vec();
-        stored.extend_from_slice(&pair_crc(b"key", b"value").to_le_bytes());
+        append_pair_crc(b"key", &mut stored);
         assert_eq!(checked_value(&"db", b"key", &stored).unwrap(), b"value");
         let moved = checked_value(&"db", b"ke", &stored).unwrap_err();
         assert!(matches!(
