@@ -378,3 +378,250 @@ impl IndexLayout {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use redb::backends::InMemoryBackend;
+    use redb::{ReadableDatabase, TableDefinition};
+
+    use super::*;
+    use crate::journal::format::{LIVE, META_APPLIED_SEQ};
+
+    fn memory_db() -> Database {
+        Database::builder()
+            .create_with_backend(InMemoryBackend::new())
+            .unwrap()
+    }
+
+    fn write(db: &Database, f: impl FnOnce(&WriteTransaction)) {
+        let txn = db.begin_write().unwrap();
+        f(&txn);
+        txn.commit().unwrap();
+    }
+
+    fn corrupt_parts(e: Error) -> (String, Vec<u8>, CorruptReason) {
+        match e {
+            Error::Corrupt {
+                db, key, reason, ..
+            } => (db, key, reason),
+            other => panic!("not a Corrupt error: {other:?}"),
+        }
+    }
+
+    /// Every set of the index's kinds of table names maps to exactly one layout or one
+    /// refusal: the meta table of one layout with no row table of the other is that layout;
+    /// no journal table is a new index; anything else is damaged. Other names (the table
+    /// the index's creation leaves) change nothing.
+    #[test]
+    fn every_set_of_tables_is_one_layout_or_refused() {
+        for (rows, rows_checked) in &ROW_TABLE_NAMES[1..] {
+            let names = [
+                META.unchecked_name,
+                META.checked_name,
+                *rows,
+                *rows_checked,
+                "ks.app",
+                "kv.crc",
+            ];
+            let mut counts = [0usize; 4];
+            for set in 0u32..1 << names.len() {
+                let has = |i: usize| set & (1 << i) != 0;
+                let present = (0..names.len()).filter(|&i| has(i)).map(|i| names[i]);
+                let got = classify(present);
+                let (meta, meta_c, row, row_c, ks) = (has(0), has(1), has(2), has(3), has(4));
+                let want = if meta && !meta_c && !row_c {
+                    Some(LayoutFound::Recorded(IndexLayout::Unchecked))
+                } else if meta_c && !meta && !row {
+                    Some(LayoutFound::Recorded(IndexLayout::Checked))
+                } else if !(meta || meta_c || row || row_c || ks) {
+                    Some(LayoutFound::New)
+                } else {
+                    None
+                };
+                match (got, want) {
+                    (Ok(g), Some(w)) => assert_eq!(g, w, "set {set:06b}"),
+                    (Err(_), None) => {}
+                    (got, want) => panic!("set {set:06b}: got {got:?}, want {want:?}"),
+                }
+                counts[match want {
+                    Some(LayoutFound::New) => 0,
+                    Some(LayoutFound::Recorded(IndexLayout::Unchecked)) => 1,
+                    Some(LayoutFound::Recorded(IndexLayout::Checked)) => 2,
+                    None => 3,
+                }] += 1;
+            }
+            // New: nothing or the creation's table; each layout: its meta table with any
+            // of its own row table, a keyspace table, the creation's table.
+            assert_eq!(counts, [2, 8, 8, 46], "{rows}");
+        }
+    }
+
+    /// A new index takes the checked layout and records it; an index of either layout is
+    /// read back as that layout.
+    #[test]
+    fn a_new_index_records_the_checked_layout_and_each_layout_reads_back() {
+        let db = memory_db();
+        assert_eq!(read_layout(&db).unwrap(), LayoutFound::New);
+        write(&db, |txn| create_checked_layout(txn).unwrap());
+        assert_eq!(
+            read_layout(&db).unwrap(),
+            LayoutFound::Recorded(IndexLayout::Checked)
+        );
+        let meta = db.begin_read().unwrap();
+        let rows = META
+            .open_read(&meta, IndexLayout::Checked)
+            .unwrap()
+            .unwrap();
+        assert_eq!(rows.all("read", |k| k.to_string()).unwrap().len(), 4);
+        let old = memory_db();
+        write(&old, |txn| {
+            let mut m = META.open_mut(txn, IndexLayout::Unchecked).unwrap();
+            m.insert(&META_APPLIED_SEQ, 7).unwrap();
+        });
+        assert_eq!(
+            read_layout(&old).unwrap(),
+            LayoutFound::Recorded(IndexLayout::Unchecked)
+        );
+        write(&old, |txn| create_checked_layout(txn).unwrap());
+        let e = read_layout(&old).unwrap_err();
+        let (db_name, _, reason) = corrupt_parts(e);
+        assert!(db_name.contains("index.redb"), "{db_name}");
+        assert!(matches!(reason, CorruptReason::Invalid(_)), "{reason}");
+    }
+
+    /// A checked row reads back; one whose value (or crc32) changed is `Corrupt` naming
+    /// `index.redb`, the table and the key, by a lookup and by a scan alike.
+    #[test]
+    fn a_changed_checked_row_is_corrupt_naming_the_table_and_key() {
+        let db = memory_db();
+        write(&db, |txn| {
+            let mut live = LIVE.open_mut(txn, IndexLayout::Checked).unwrap();
+            for (segment, bytes) in [(3, 30), (5, 50), (9, 90)] {
+                live.insert(&segment, bytes).unwrap();
+            }
+        });
+        let read = |db: &Database| {
+            let txn = db.begin_read().unwrap();
+            let rows = LIVE.open_read(&txn, IndexLayout::Checked).unwrap().unwrap();
+            (rows.get(&5, "read live"), rows.all("read live", |s| s))
+        };
+        let (one, all) = read(&db);
+        assert_eq!(one.unwrap(), Some(50));
+        assert_eq!(all.unwrap(), vec![(3, 30), (5, 50), (9, 90)]);
+        // The value flipped under its stored crc32.
+        write(&db, |txn| {
+            let mut raw = txn.open_table(LIVE.checked).unwrap();
+            let crc = raw.get(5).unwrap().unwrap().value().1;
+            raw.insert(5, (50 ^ 0x10, crc)).unwrap();
+        });
+        let (one, all) = read(&db);
+        for e in [one.unwrap_err(), all.unwrap_err()] {
+            let (db_name, key, reason) = corrupt_parts(e);
+            assert_eq!(db_name, "journal index.redb, table journal.live.crc");
+            assert_eq!(key, b"5");
+            assert!(matches!(reason, CorruptReason::Checksum { .. }), "{reason}");
+        }
+    }
+
+    /// A row whose key a flipped bit moved: the lookup of the original key misses, and the
+    /// row beside it fails its crc32 — `Corrupt`, not absent.
+    #[test]
+    fn a_lookup_of_a_moved_rows_original_key_is_corrupt() {
+        let db = memory_db();
+        write(&db, |txn| {
+            let mut m = META.open_mut(txn, IndexLayout::Checked).unwrap();
+            m.insert(&"a_first", 1).unwrap();
+            m.insert(&META_APPLIED_SEQ, 42).unwrap();
+            m.insert(&"z_last", 2).unwrap();
+        });
+        write(&db, |txn| {
+            let mut raw = txn.open_table(META.checked).unwrap();
+            let row = raw.remove(META_APPLIED_SEQ).unwrap().unwrap().value();
+            raw.insert("applied_sfq", row).unwrap();
+        });
+        let txn = db.begin_read().unwrap();
+        let rows = META.open_read(&txn, IndexLayout::Checked).unwrap().unwrap();
+        let (_, key, reason) = corrupt_parts(rows.get(&META_APPLIED_SEQ, "read").unwrap_err());
+        assert_eq!(key, b"applied_sfq");
+        assert!(matches!(reason, CorruptReason::Checksum { .. }), "{reason}");
+        assert_eq!(rows.get(&"a_first", "read").unwrap(), Some(1));
+    }
+
+    /// The unchecked layout reads and writes plain `u64` values in the unchecked tables.
+    #[test]
+    fn an_unchecked_index_keeps_plain_rows() {
+        let db = memory_db();
+        write(&db, |txn| {
+            let mut m = META.open_mut(txn, IndexLayout::Unchecked).unwrap();
+            m.insert(&META_APPLIED_SEQ, 11).unwrap();
+        });
+        let txn = db.begin_read().unwrap();
+        let raw = txn.open_table(META.unchecked).unwrap();
+        assert_eq!(raw.get(META_APPLIED_SEQ).unwrap().unwrap().value(), 11);
+        let rows = META
+            .open_read(&txn, IndexLayout::Unchecked)
+            .unwrap()
+            .unwrap();
+        assert_eq!(rows.get(&META_APPLIED_SEQ, "read").unwrap(), Some(11));
+        assert_eq!(rows.get(&"missing", "read").unwrap(), None);
+        assert!(
+            META.open_read(&txn, IndexLayout::Checked)
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    /// A keyspace's pair: stored with its crc32 in the checked layout, as given in the
+    /// unchecked one; a changed value, and a lookup that misses beside a moved key, are
+    /// `Corrupt` naming the index, the keyspace and the key.
+    #[test]
+    fn a_keyspace_pair_is_checked_in_the_checked_layout_only() {
+        let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new("ks.k");
+        for layout in [IndexLayout::Checked, IndexLayout::Unchecked] {
+            let db = memory_db();
+            write(&db, |txn| {
+                let mut t = txn.open_table(def).unwrap();
+                layout.put(&mut t, b"key", b"value").unwrap();
+                layout.put(&mut t, b"other", b"v").unwrap();
+            });
+            let txn = db.begin_read().unwrap();
+            let t = txn.open_table(def).unwrap();
+            let stored = t.get(&b"key"[..]).unwrap().unwrap();
+            assert_eq!(
+                layout.value_of("k", b"key", stored.value()).unwrap(),
+                b"value"
+            );
+            let storage = |e| Error::storage("k", "get", e);
+            assert!(layout.check_miss("k", &t, b"absent", storage).is_ok());
+            match layout {
+                IndexLayout::Unchecked => assert_eq!(stored.value(), b"value"),
+                IndexLayout::Checked => {
+                    assert_eq!(stored.value().len(), 5 + 4);
+                    let e = layout.value_of("k", b"kez", stored.value()).unwrap_err();
+                    let (db_name, key, _) = corrupt_parts(e);
+                    assert_eq!(db_name, "journal index.redb, keyspace k");
+                    assert_eq!(key, b"kez");
+                }
+            }
+        }
+        // A pair moved to another key (a flipped bit): the lookup of the original misses
+        // and the pair beside it fails.
+        let layout = IndexLayout::Checked;
+        let db = memory_db();
+        write(&db, |txn| {
+            let mut t = txn.open_table(def).unwrap();
+            layout.put(&mut t, b"key", b"value").unwrap();
+            let stored = t.remove(&b"key"[..]).unwrap().unwrap().value().to_vec();
+            t.insert(&b"kez"[..], &stored[..]).unwrap();
+        });
+        let txn = db.begin_read().unwrap();
+        let t = txn.open_table(def).unwrap();
+        assert!(t.get(&b"key"[..]).unwrap().is_none());
+        let e = layout
+            .check_miss("k", &t, b"key", |e| Error::storage("k", "get", e))
+            .unwrap_err();
+        let (_, key, reason) = corrupt_parts(e);
+        assert_eq!(key, b"kez");
+        assert!(matches!(reason, CorruptReason::Checksum { .. }), "{reason}");
+    }
+}

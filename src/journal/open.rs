@@ -34,8 +34,9 @@ use super::checkpoint::CheckpointClock;
 use super::engine::Shared;
 use super::format::{
     INDEX_FILE, INDEX_KIND_RUNS, LIVE, META, META_APPLIED_END_OFFSET, META_APPLIED_END_SEGMENT,
-    META_APPLIED_SEQ, META_FIRST_SEGMENT, META_INDEX_PREFIX, META_SEPARATE_PREFIX, RUNS,
-    SPARE_SEGMENT_FILE, parse_run_file_name, parse_segment_file_name, runs_dir, segment_file_name,
+    META_APPLIED_SEQ, META_FIRST_SEGMENT, META_INDEX_PREFIX, META_SEPARATE_PREFIX, RUN_VALUES,
+    RUNS, SPARE_SEGMENT_FILE, parse_run_file_name, parse_segment_file_name, runs_dir,
+    segment_file_name,
 };
 use super::index::{IndexLayout, KeyspaceInIndex, LayoutFound, create_checked_layout, read_layout};
 use super::limits::MERGER_NICE_INCREMENT_MAX;
@@ -272,6 +273,7 @@ fn read_records(index: &OpenedIndex, layout: IndexLayout) -> Result<IndexRecords
         recovery::read_segment_ends(db, layout, applied_end)
     })?;
     let (separated, live) = guard.call("read meta", || read_values_meta(db, layout))?;
+    guard.call("read run values", || check_run_values(db, layout))?;
     Ok(IndexRecords {
         applied_seq,
         first_segment,
@@ -538,6 +540,25 @@ fn read_values_meta(
         None => BTreeMap::new(),
     };
     Ok((separated, live))
+}
+
+/// In the checked layout, every `journal.run_values` row checked: a merge lowers the live
+/// bytes by them, so a damaged one is refused at open rather than by the merge that would
+/// act on it. Recovery reads nothing else of them.
+fn check_run_values(index: &Database, layout: IndexLayout) -> Result<()> {
+    if layout == IndexLayout::Unchecked {
+        return Ok(());
+    }
+    let txn = index
+        .begin_read()
+        .map_err(|e| Error::storage(ENGINE_NAME, "begin read", e))?;
+    if let Some(t) = RUN_VALUES
+        .open_read(&txn, layout)
+        .map_err(|e| Error::storage(ENGINE_NAME, "open run values", e))?
+    {
+        t.all("read run values", |_| ())?;
+    }
+    Ok(())
 }
 
 /// The `journal.meta` rows whose key starts with `prefix`: (the rest of the key, value).
