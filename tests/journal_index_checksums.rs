@@ -9,8 +9,9 @@
 //! * a flipped value or key of a keyspace: every read of it (get, get_many, range, usage,
 //!   the apply step replacing it) is `Corrupt`; the lookup of a flipped key's original is
 //!   too (its neighbour fails);
-//! * a flipped value of every row of every table, and a flipped meta key: the open is
-//!   refused;
+//! * a flipped value of every row of every table, a flipped meta key, a base row missing,
+//!   tables of both layouts: the open is refused;
+//! * a new index's layout, lost with a cut before any durable commit, is taken again;
 //! * an index of the layout before checksums (written here the old way, from a new one)
 //!   opens, reads, writes and syncs as before and keeps its layout; a home of it syncs to
 //!   the same state as a home created now.
@@ -24,9 +25,10 @@ use redb::{ReadableDatabase, ReadableTable, TableDefinition, TableError, TableHa
 
 use flushpoint::demo::{ChainSpec, DemoChain, KvApp, Profile};
 use flushpoint::{
-    Applier, Batch, CorruptReason, Db, Direction, Durability, Error, FlushPolicy, HoldingDb, Home,
-    HomeEngine, HomeOptions, INDEX_FILE, JOURNAL_DIR, JournalEngine, JournalOptions, KeyRange,
-    KeyspaceOptions, NoEvents, Node, SEPARATE_VALUES_MIN_BYTES, StdFs, collect_range,
+    Applier, Batch, CorruptReason, Db, DirFate, Direction, Durability, Error, FileFate,
+    FlushPolicy, HoldingDb, Home, HomeEngine, HomeOptions, INDEX_FILE, JOURNAL_DIR, JournalEngine,
+    JournalOptions, KeyRange, KeyspaceOptions, NoEvents, Node, SEPARATE_VALUES_MIN_BYTES, SimFs,
+    StdFs, collect_range,
 };
 
 /// The engine's own tables in a checked index, each keeping `u64` values with a crc32.
@@ -488,6 +490,100 @@ fn a_flipped_meta_key_refuses_the_open() {
             "{key}: {reason}"
         );
     }
+}
+
+#[test]
+fn a_checked_index_missing_a_base_row_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("j");
+    build(&dir, 10);
+    for key in [
+        "applied_seq",
+        "first_segment",
+        "applied_end_segment",
+        "applied_end_offset",
+    ] {
+        let (_tmp, copy) = copy(&dir);
+        {
+            let db = redb::Database::open(copy.join(INDEX_FILE)).unwrap();
+            let txn = db.begin_write().unwrap();
+            let def = TableDefinition::<&str, (u64, u32)>::new("journal.meta.crc");
+            txn.open_table(def).unwrap().remove(key).unwrap().unwrap();
+            txn.commit().unwrap();
+        }
+        let (db, k, reason) = corrupt(key, open(&copy));
+        assert_eq!(db, "journal index.redb, table journal.meta.crc", "{key}");
+        assert_eq!(k, key.as_bytes());
+        assert!(
+            matches!(reason, CorruptReason::Invalid(_)),
+            "{key}: {reason}"
+        );
+    }
+}
+
+#[test]
+fn an_index_holding_tables_of_both_layouts_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("j");
+    build(&dir, 10);
+    for table in ["journal.meta", "journal.live", "journal.segment_ends"] {
+        let (_tmp, copy) = copy(&dir);
+        {
+            let db = redb::Database::open(copy.join(INDEX_FILE)).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(TableDefinition::<u64, u64>::new(table))
+                .unwrap();
+            txn.commit().unwrap();
+        }
+        let (db, _, reason) = corrupt(table, open(&copy));
+        assert_eq!(db, "journal index.redb", "{table}");
+        assert!(
+            matches!(reason, CorruptReason::Invalid(_)),
+            "{table}: {reason}"
+        );
+    }
+}
+
+/// The table names of the index at `path` in the simulated file system `fs`.
+fn sim_table_names(fs: &SimFs, path: &Path) -> Vec<String> {
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join(INDEX_FILE);
+    std::fs::write(&copy, fs.read(path).unwrap()).unwrap();
+    table_names(&copy)
+}
+
+#[test]
+fn a_cut_before_the_layout_is_durable_leaves_a_new_index_that_takes_it_again() {
+    let fs = SimFs::new();
+    let dir = Path::new("/j");
+    let index = dir.join(INDEX_FILE);
+    let engine = JournalEngine::open(Arc::new(fs.clone()), dir, options()).unwrap();
+    for fate in [FileFate::DropAll, FileFate::KeepAll] {
+        let image = fs.crash_image(DirFate::KeepAll, fate);
+        let names = sim_table_names(&image, &index);
+        // The layout's commit is not durable on its own: a cut loses it with the open.
+        if fate == FileFate::DropAll {
+            assert!(
+                !names.iter().any(|n| n.starts_with("journal.")),
+                "{names:?}"
+            );
+        }
+        let again = JournalEngine::open(Arc::new(image.clone()), dir, options()).unwrap();
+        write(&again, 0, 5);
+        again.checkpoint().unwrap();
+        assert_eq!(read_all(&again).unwrap().len(), 5 * 4);
+        drop(again);
+        let names = sim_table_names(&image, &index);
+        assert!(
+            names.iter().any(|n| n == "journal.meta.crc"),
+            "{fate:?}: {names:?}"
+        );
+        assert!(
+            !names.iter().any(|n| n == "journal.meta"),
+            "{fate:?}: {names:?}"
+        );
+    }
+    drop(engine);
 }
 
 /// Rewrites the checked index at `path` in the layout of an index created before pairs and
