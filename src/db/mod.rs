@@ -12,6 +12,7 @@
 mod counting;
 mod memory;
 mod merge;
+mod pair_crc;
 mod redb_db;
 mod redb_guard;
 mod storage;
@@ -20,6 +21,9 @@ mod wrapper;
 pub use counting::{CountingDb, SyncCounters, SyncCounts};
 pub use memory::MemoryDb;
 pub(crate) use merge::{MergeOver, OverlayEntry};
+pub(crate) use pair_crc::{
+    PairTable, append_pair_crc, check_neighbours, checked_value, insert_checked,
+};
 pub use redb_db::{RedbDb, RedbOptions, fsync_dir};
 pub(crate) use redb_guard::{GuardedDrop, GuardedIter, RedbGuard};
 pub use redb_guard::{inside_guarded_redb_call, quiet_caught_redb_panics};

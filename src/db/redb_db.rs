@@ -19,6 +19,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use redb::{Database, ReadableDatabase, StorageBackend, TableDefinition, TableError};
 
+use super::pair_crc::{check_neighbours, checked_value, insert_checked};
 use super::redb_guard::{GuardedDrop, GuardedIter, RedbGuard};
 use super::storage::{BackendCounters, BackendCounts, CountingBackend};
 use super::{Batch, Db, DbIter, Direction, Durability, EntryRef, KeyRange, Op};
@@ -35,50 +36,13 @@ type RedbItem = std::result::Result<
 >;
 
 /// The table of a database created by this version: each value is stored followed by
-/// [`PAIR_CRC_BYTES`] of crc32 over the key's length, the key and the value, checked on every
-/// read. redb verifies its page checksums only when it repairs a file or checks its
+/// its pair crc32 (`pair_crc.rs`: over the key's length, the key and the value), checked on
+/// every read. redb verifies its page checksums only when it repairs a file or checks its
 /// integrity, so without it a bit flipped inside a stored pair would read back flipped.
 const TABLE_CHECKED: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv.crc");
 /// The table of a database created before pairs carried a checksum: values as given, opened
 /// and written as they are (the file keeps the layout it was created with).
 const TABLE_UNCHECKED: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
-/// Bytes of the crc32 that follows each value in [`TABLE_CHECKED`].
-const PAIR_CRC_BYTES: usize = 4;
-
-/// The crc32 of a pair as [`TABLE_CHECKED`] stores it: over the key's length (u32 LE), the
-/// key and the value, so a bit moved between the key and the value changes it too.
-fn pair_crc(key: &[u8], value: &[u8]) -> u32 {
-    let mut h = crc32fast::Hasher::new();
-    h.update(&(key.len() as u32).to_le_bytes());
-    h.update(key);
-    h.update(value);
-    h.finalize()
-}
-
-/// The value of a pair read from [`TABLE_CHECKED`], its crc32 checked and cut off.
-fn checked_value<'v>(db: &str, key: &[u8], stored: &'v [u8]) -> Result<&'v [u8]> {
-    let corrupt = |reason| Error::Corrupt {
-        db: db.to_string(),
-        key: key.to_vec(),
-        height: None,
-        reason,
-    };
-    let Some(split) = stored.len().checked_sub(PAIR_CRC_BYTES) else {
-        return Err(corrupt(CorruptReason::Truncated {
-            needed: PAIR_CRC_BYTES - stored.len(),
-        }));
-    };
-    let (value, crc) = stored.split_at(split);
-    let stored_crc = u32::from_le_bytes(crc.try_into().expect("PAIR_CRC_BYTES long"));
-    let computed = pair_crc(key, value);
-    if stored_crc != computed {
-        return Err(corrupt(CorruptReason::Checksum {
-            stored: stored_crc,
-            computed,
-        }));
-    }
-    Ok(value)
-}
 
 /// redb's page cache per database. Why this bound: three databases share the node's memory
 /// with up to 3 × 64 MiB of held writes; redb's 1 GiB default would triple the footprint.
@@ -469,26 +433,15 @@ impl RedbDb {
         })
     }
 
-    /// On a miss, checks the pairs on either side of where `key` would be. A bit flipped
-    /// inside a stored key leaves its pair in its slot of the leaf page under another key;
-    /// a lookup of the original key searches to that slot and misses. The pair there is the
-    /// first at or after `key` or the last before it, and its crc32 (which covers the key)
-    /// then fails: the miss is reported as `Error::Corrupt` instead of read as absent.
-    /// Costs two range seeks, on misses only.
+    /// On a miss, checks the pairs on either side of where `key` would be (a flipped key
+    /// is reported, not read as absent: `pair_crc::check_neighbours`).
     fn check_neighbours(&self, table: &ReadTable, key: &[u8]) -> Result<()> {
-        let after = table
-            .range::<&[u8]>(key..)
-            .map_err(|e| self.err("get", e))?
-            .next();
-        let before = table
-            .range::<&[u8]>(..key)
-            .map_err(|e| self.err("get", e))?
-            .next_back();
-        for pair in [after, before].into_iter().flatten() {
-            let (k, v) = pair.map_err(|e| self.err("get", e))?;
-            checked_value(&self.name, k.value(), v.value())?;
-        }
-        Ok(())
+        check_neighbours(
+            table,
+            &key,
+            |k, v| checked_value(&self.name, k, v).map(drop),
+            |e| self.err("get", e),
+        )
     }
 
     /// The value of a stored pair: checked against its crc32 and cut from it in a checked
@@ -507,14 +460,7 @@ impl RedbDb {
                 table.insert(k, v).map_err(|e| self.fail("insert", e))?;
                 return Ok(());
             }
-            // Written in place: the value, then its crc32 (no copy of the value).
-            let mut slot = table
-                .insert_reserve(k, v.len() + PAIR_CRC_BYTES)
-                .map_err(|e| self.fail("insert", e))?;
-            let out = slot.as_mut();
-            out[..v.len()].copy_from_slice(v);
-            out[v.len()..].copy_from_slice(&pair_crc(k, v).to_le_bytes());
-            Ok(())
+            insert_checked(table, k, v).map_err(|e| self.fail("insert", e))
         })
     }
 

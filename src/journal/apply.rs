@@ -13,21 +13,22 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use redb::{ReadableTable, TableDefinition};
+use redb::TableDefinition;
 
 use super::applier::Pending;
 use super::format::{
-    LIVE, META, META_APPLIED_SEQ, RUN_LEVEL, RUN_VALUES, RUNS, VALUE_INLINE, ValueAt,
+    LIVE, META, META_APPLIED_SEQ, RUN_LEVEL, RUN_VALUES, RUNS, SEGMENT_ENDS, VALUE_INLINE, ValueAt,
     segment_file_name, table_name,
 };
+use super::index::{IndexLayout, KeyspaceInIndex};
 use super::manifest::{RunPointers, RunValue, write_run};
 use super::options::bump;
 use super::overlay::{KeyOrdered, NewestPerKey};
-use super::recovery::{self, SEGMENT_ENDS};
+use super::recovery;
 use super::run::Run;
 use super::state::{Core, ENGINE_NAME};
 use super::unit::{Layout, UnitOp};
-use crate::db::GuardedDrop;
+use crate::db::{GuardedDrop, append_pair_crc};
 use crate::error::{CorruptReason, Error, Result};
 
 /// What an apply step changed beyond the tables: the live bytes of each segment whose
@@ -113,21 +114,23 @@ pub(super) fn apply_units(
     let live_now = write_live(core, &txn, delta)?;
     let last = units.last().expect("non-empty").seq;
     core.index_call("write meta", || {
-        let mut meta = txn.open_table(META).map_err(core.failing("open meta"))?;
-        meta.insert(META_APPLIED_SEQ, last)
+        let mut meta = META
+            .open_mut(&txn, core.layout)
+            .map_err(core.failing("open meta"))?;
+        meta.insert(&META_APPLIED_SEQ, last)
             .map_err(core.failing("write meta"))?;
         Ok(())
     })?;
     // Where the applied units end in each segment: what recovery checks the segment
     // files against (a segment cut short lost units the index applied).
     core.index_call("write segment ends", || {
-        let mut ends = txn
-            .open_table(SEGMENT_ENDS)
+        let mut ends = SEGMENT_ENDS
+            .open_mut(&txn, core.layout)
             .map_err(core.failing("open segment ends"))?;
         for (segment, end) in
             recovery::last_ends(units.iter().map(|u| (u.segment, u.offset + u.len)))
         {
-            ends.insert(segment, end)
+            ends.insert(&segment, end)
                 .map_err(core.failing("write segment ends"))?;
         }
         Ok(())
@@ -237,9 +240,9 @@ fn list_step_run(
     delta: &mut BTreeMap<u64, i64>,
 ) -> Result<()> {
     core.index_call("write runs", || {
-        txn.open_table(RUNS)
+        RUNS.open_mut(txn, core.layout)
             .map_err(core.failing("open runs"))?
-            .insert((name, run.id()), RUN_LEVEL)
+            .insert(&(name, run.id()), RUN_LEVEL)
             .map_err(core.failing("write runs"))?;
         Ok(())
     })?;
@@ -247,11 +250,11 @@ fn list_step_run(
     // step's transaction with its manifest row: durable together or not at all.
     if !pointers.is_empty() {
         core.index_call("write run values", || {
-            let mut rows = txn
-                .open_table(RUN_VALUES)
+            let mut rows = RUN_VALUES
+                .open_mut(txn, core.layout)
                 .map_err(core.failing("open run values"))?;
             for (&segment, &bytes) in pointers {
-                rows.insert((name, run.id(), segment), bytes)
+                rows.insert(&(name, run.id(), segment), bytes)
                     .map_err(core.failing("write run values"))?;
             }
             Ok(())
@@ -291,10 +294,9 @@ fn apply_to_tree(
         for (k, v) in NewestPerKey::new(sections) {
             match v {
                 Some(v) => core.index_call("insert", || {
-                    table
-                        .insert(&k[..], &v[..])
-                        .map_err(core.failing("insert"))?;
-                    Ok(())
+                    core.layout
+                        .put(&mut table, &k[..], &v[..])
+                        .map_err(core.failing("insert"))
                 })?,
                 None => core.index_call("remove", || {
                     table.remove(&k[..]).map_err(core.failing("remove"))?;
@@ -305,6 +307,16 @@ fn apply_to_tree(
         return Ok(());
     };
     let mut stored = Vec::new();
+    // A replaced or deleted value's pointer, its pair checked (checked layout) first.
+    let old_pointer = |key: &[u8], old: &[u8]| -> Result<Option<ValueAt>> {
+        let old = core.layout.value_of(name, key, old)?;
+        ValueAt::decode(old).map_err(|reason| Error::Corrupt {
+            db: KeyspaceInIndex(name).to_string(),
+            key: key.to_vec(),
+            height: None,
+            reason,
+        })
+    };
     for (ordered, ops, unit, mut layout) in parts {
         // Where each value lies, in the unit's order (the order its layout follows).
         let values_at: Vec<Option<u64>> = ops
@@ -325,30 +337,26 @@ fn apply_to_tree(
                         stored.push(VALUE_INLINE);
                         stored.extend_from_slice(v);
                     }
+                    if core.layout == IndexLayout::Checked {
+                        append_pair_crc(k, &mut stored);
+                    }
                     core.index_call("insert", || {
                         Ok(table
                             .insert(&k[..], &stored[..])
                             .map_err(core.failing("insert"))?
-                            .map(|old| ValueAt::decode(old.value())))
+                            .map(|old| old_pointer(k, old.value())))
                     })?
                 }
                 None => core.index_call("remove", || {
                     Ok(table
                         .remove(&k[..])
                         .map_err(core.failing("remove"))?
-                        .map(|old| ValueAt::decode(old.value())))
+                        .map(|old| old_pointer(k, old.value())))
                 })?,
             };
             // The value replaced or deleted no longer holds its segment.
             if let Some(old) = old {
-                let old_at = old.map_err(|reason| {
-                    core.fail(Error::Corrupt {
-                        db: format!("{ENGINE_NAME} index, keyspace {name}"),
-                        key: k.to_vec(),
-                        height: None,
-                        reason,
-                    })
-                })?;
+                let old_at = old.map_err(|e| core.fail(e))?;
                 if let Some(old_at) = old_at {
                     *tally.delta.entry(old_at.segment).or_default() -= i64::from(old_at.len);
                 }
@@ -370,15 +378,17 @@ pub(super) fn write_live(
         return Ok(live_now);
     }
     core.index_call("write live", || {
-        let mut live = txn.open_table(LIVE).map_err(core.failing("open live"))?;
+        let mut live = LIVE
+            .open_mut(txn, core.layout)
+            .map_err(core.failing("open live"))?;
         for (segment, change) in delta {
             if change == 0 {
                 continue;
             }
             let was = live
-                .get(segment)
-                .map_err(core.failing("read live"))?
-                .map_or(0, |g| g.value());
+                .get(&segment, "read live")
+                .map_err(|e| core.failed(e))?
+                .unwrap_or(0);
             let now = i64::try_from(was).expect("live bytes fit i64") + change;
             // Invariant: a segment's live bytes are the sum of the pointers into it.
             let now = u64::try_from(now).map_err(|_| {
@@ -390,9 +400,9 @@ pub(super) fn write_live(
                 })
             })?;
             if now == 0 {
-                live.remove(segment).map_err(core.failing("write live"))?;
+                live.remove(&segment).map_err(core.failing("write live"))?;
             } else {
-                live.insert(segment, now)
+                live.insert(&segment, now)
                     .map_err(core.failing("write live"))?;
             }
             live_now.push((segment, now));

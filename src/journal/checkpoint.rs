@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 use super::applier::ApplyTurn;
 use super::format::{
     META, META_APPLIED_END_OFFSET, META_APPLIED_END_SEGMENT, META_APPLIED_SEQ, META_FIRST_SEGMENT,
+    SEGMENT_ENDS,
 };
 use super::manifest::{sync_runs, unlink_doomed_runs};
 use super::options::{Applier, JournalOptions, bump};
-use super::recovery::SEGMENT_ENDS;
 use super::segments::{TrimPlan, punch_dead_space, unlink_doomed};
 use super::state::{Core, State};
 use crate::error::Result;
@@ -99,23 +99,25 @@ pub(super) fn checkpoint(core: &Core, turn: &ApplyTurn<'_>) -> Result<()> {
     let synced_runs = sync_runs(core, turn)?;
     let txn = core.begin_index_write(redb::Durability::Immediate)?;
     core.index_call("write meta", || {
-        let mut meta = txn.open_table(META).map_err(core.failing("open meta"))?;
-        meta.insert(META_APPLIED_SEQ, applied)
+        let mut meta = META
+            .open_mut(&txn, core.layout)
+            .map_err(core.failing("open meta"))?;
+        meta.insert(&META_APPLIED_SEQ, applied)
             .map_err(core.failing("write meta"))?;
-        meta.insert(META_FIRST_SEGMENT, first_needed)
+        meta.insert(&META_FIRST_SEGMENT, first_needed)
             .map_err(core.failing("write meta"))?;
-        meta.insert(META_APPLIED_END_SEGMENT, applied_end.0)
+        meta.insert(&META_APPLIED_END_SEGMENT, applied_end.0)
             .map_err(core.failing("write meta"))?;
-        meta.insert(META_APPLIED_END_OFFSET, applied_end.1)
+        meta.insert(&META_APPLIED_END_OFFSET, applied_end.1)
             .map_err(core.failing("write meta"))?;
         Ok(())
     })?;
     core.index_call("write segment ends", || {
-        let mut ends = txn
-            .open_table(SEGMENT_ENDS)
+        let mut ends = SEGMENT_ENDS
+            .open_mut(&txn, core.layout)
             .map_err(core.failing("open segment ends"))?;
         for segment in retired {
-            ends.remove(segment)
+            ends.remove(&segment)
                 .map_err(core.failing("write segment ends"))?;
         }
         Ok(())

@@ -414,9 +414,11 @@ fn record_keyspace(
     }
     let txn = core.begin_index_write(redb::Durability::Immediate)?;
     core.index_call("record keyspace", || {
-        let mut meta = txn.open_table(META).map_err(core.failing("open meta"))?;
+        let mut meta = META
+            .open_mut(&txn, core.layout)
+            .map_err(core.failing("open meta"))?;
         for (key, value) in records {
-            meta.insert(key.as_str(), *value)
+            meta.insert(&key.as_str(), *value)
                 .map_err(core.failing("write meta"))?;
         }
         if !runs {

@@ -33,6 +33,8 @@
 //! * `state.rs`: what every role shares (`Core`): files, index, poison, counts, and the
 //!   state lock over `State`, whose parts are the roles' (why one lock: its docs).
 //! * `limits.rs`, `options.rs`, `format.rs`: bounds; options and counts; names on disk.
+//!   `index.rs`: the index's layout, decided at open, and its checked pairs and rows (a
+//!   crc32 with each, checked on every read).
 //!   `unit.rs`, `overlay.rs`, `recovery.rs`, `run.rs`: unit framing, the overlay, the
 //!   segment scan, run files.
 //!
@@ -59,6 +61,7 @@ mod apply;
 mod checkpoint;
 mod engine;
 mod format;
+mod index;
 mod limits;
 mod manifest;
 mod merger;

@@ -8,13 +8,18 @@
 //! The cases, in the order they are decided:
 //! * no index: a new journal (its spare prepared, its index created), unless segments or
 //!   runs are there: `Corrupt` ("index missing");
+//! * the index's layout, from its tables (`index.rs`): checked, or unchecked (created
+//!   before pairs and rows carried a checksum), kept as it is; no journal table: a new
+//!   index, which takes the checked layout (recorded once the decision is made); tables of
+//!   both layouts: `Corrupt`. In the checked layout a row that fails its crc32, or a base
+//!   row missing, is `Corrupt` naming `index.redb` and the row;
 //! * a segment held for its values missing, a gap or a short segment below what the index
 //!   applied, a listed run missing or damaged, a live row past the segments: refused;
 //! * otherwise: redb at its last checkpoint, the units past it replayed, a torn tail in
 //!   the last segment truncated (a zero tail kept: a prepared segment's unused space).
 //!
 //! Invariant: nothing is written before the decision (redb's own repair, and a new
-//! journal's creation, aside).
+//! journal's creation, aside); a new index's layout is written after it.
 //! Invariant: a replayed unit, and the truncation, are durable before anything is applied
 //! or appended: a checkpoint never covers a unit the journal could still lose.
 
@@ -22,16 +27,18 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableError};
+use redb::{Database, ReadableDatabase};
 
 use super::applier::{Pending, Queue, UnitApplier};
 use super::checkpoint::CheckpointClock;
 use super::engine::Shared;
 use super::format::{
     INDEX_FILE, INDEX_KIND_RUNS, LIVE, META, META_APPLIED_END_OFFSET, META_APPLIED_END_SEGMENT,
-    META_APPLIED_SEQ, META_FIRST_SEGMENT, META_INDEX_PREFIX, META_SEPARATE_PREFIX, RUNS,
-    SPARE_SEGMENT_FILE, parse_run_file_name, parse_segment_file_name, runs_dir, segment_file_name,
+    META_APPLIED_SEQ, META_FIRST_SEGMENT, META_INDEX_PREFIX, META_SEPARATE_PREFIX, RUN_VALUES,
+    RUNS, SPARE_SEGMENT_FILE, parse_run_file_name, parse_segment_file_name, runs_dir,
+    segment_file_name,
 };
+use super::index::{IndexLayout, KeyspaceInIndex, LayoutFound, create_checked_layout, read_layout};
 use super::limits::MERGER_NICE_INCREMENT_MAX;
 use super::manifest::{Manifest, RunList};
 use super::merger::{Merger, MergerState};
@@ -68,10 +75,15 @@ pub(super) fn open(
     let lock = recovery::lock_dir(&*fs, dir)?;
     let spare_prepared = create_if_new(&fs, dir, &options)?;
     let index = open_index(&fs, dir, &options)?;
-    let records = read_records(&index)?;
-    let found = decide(&*fs, dir, &options, &index, &records)?;
+    let layout_found = index.guard.call("read layout", || read_layout(&index.db))?;
+    let layout = layout_found.layout();
+    let records = read_records(&index, layout)?;
+    let found = decide(&*fs, dir, &options, &index, layout, &records)?;
 
     // The decision is made; from here on recovery writes.
+    if layout_found == LayoutFound::New {
+        record_new_layout(&index)?;
+    }
     let counters = Counters::default();
     let writer_at = make_replayed_durable(&*fs, dir, &found.scan, &records, &counters)?;
     remove_leftovers(
@@ -117,6 +129,7 @@ pub(super) fn open(
             index: index.db,
             index_guard: index.guard,
             index_counters: index.counters,
+            layout,
             poison: index.poison,
             state,
             counters,
@@ -221,6 +234,26 @@ fn open_index(
     })
 }
 
+/// Records the checked layout in a new index ([`LayoutFound::New`]): its meta table and base
+/// rows, in one commit with `Durability::None`, made durable by the index's first durable
+/// commit (a keyspace's record, a checkpoint, the close). A failure fences the index.
+fn record_new_layout(index: &OpenedIndex) -> Result<()> {
+    // Crash: a cut before a durable commit covers this one leaves an index with no journal
+    // table and no row: the next open finds it new again and records the layout again.
+    let recorded = index.guard.call("record layout", || {
+        let fail = |e: redb::Error| Error::storage(ENGINE_NAME, "record layout", e);
+        let mut txn = index.db.begin_write().map_err(|e| fail(e.into()))?;
+        txn.set_durability(redb::Durability::None)
+            .map_err(|e| fail(e.into()))?;
+        create_checked_layout(&txn).map_err(fail)?;
+        txn.commit().map_err(|e| fail(e.into()))
+    });
+    if let Err(e) = &recorded {
+        index.poison.set(e);
+    }
+    recorded
+}
+
 /// What the index records of the journal at its last checkpoint.
 struct IndexRecords {
     applied_seq: u64,
@@ -232,13 +265,15 @@ struct IndexRecords {
     live: BTreeMap<u64, u64>,
 }
 
-fn read_records(index: &OpenedIndex) -> Result<IndexRecords> {
+fn read_records(index: &OpenedIndex, layout: IndexLayout) -> Result<IndexRecords> {
     let (guard, db) = (&index.guard, &index.db);
-    let (applied_seq, first_segment, applied_end) = guard.call("read meta", || read_meta(db))?;
+    let (applied_seq, first_segment, applied_end) =
+        guard.call("read meta", || read_meta(db, layout))?;
     let ends = guard.call("read segment ends", || {
-        recovery::read_segment_ends(db, applied_end)
+        recovery::read_segment_ends(db, layout, applied_end)
     })?;
-    let (separated, live) = guard.call("read meta", || read_values_meta(db))?;
+    let (separated, live) = guard.call("read meta", || read_values_meta(db, layout))?;
+    guard.call("read run values", || check_run_values(db, layout))?;
     Ok(IndexRecords {
         applied_seq,
         first_segment,
@@ -265,6 +300,7 @@ fn decide(
     dir: &Path,
     options: &JournalOptions,
     index: &OpenedIndex,
+    layout: IndexLayout,
     records: &IndexRecords,
 ) -> Result<Found> {
     let first_segment = records.first_segment;
@@ -313,7 +349,7 @@ fn decide(
     // Every run the manifest lists is there and whole (reads only; ADR 0014).
     let runs_meta = index
         .guard
-        .call("read runs", || read_runs_meta(&index.db))?;
+        .call("read runs", || read_runs_meta(&index.db, layout))?;
     let runs = open_runs(fs, dir, runs_meta)?;
     // Every segment a live row names is held (checked above) or read by the scan: a
     // row past a gap would point into a number the next roll reuses.
@@ -450,21 +486,30 @@ fn remove_if_there(fs: &dyn FileSystem, path: &Path, op: &'static str) -> Result
 }
 
 /// `applied_seq`, `first_segment` and where the last checkpointed unit ends (`(0, 0)`
-/// when not recorded: a journal from before the key, or nothing applied).
-fn read_meta(index: &Database) -> Result<(u64, u64, (u64, u64))> {
+/// when not recorded: a journal from before the key, or nothing applied). In the checked
+/// layout each row is checked, and one missing is `Corrupt` (a checked index holds them
+/// from its creation); an index with no meta table (a new one) reads all four as 0.
+fn read_meta(index: &Database, layout: IndexLayout) -> Result<(u64, u64, (u64, u64))> {
     let txn = index
         .begin_read()
         .map_err(|e| Error::storage(ENGINE_NAME, "begin read", e))?;
-    let table = match txn.open_table(META) {
-        Ok(t) => t,
-        Err(TableError::TableDoesNotExist(_)) => return Ok((0, 0, (0, 0))),
-        Err(e) => return Err(Error::storage(ENGINE_NAME, "open meta", e)),
+    let Some(table) = META
+        .open_read(&txn, layout)
+        .map_err(|e| Error::storage(ENGINE_NAME, "open meta", e))?
+    else {
+        return Ok((0, 0, (0, 0)));
     };
     let get = |k: &str| -> Result<u64> {
-        Ok(table
-            .get(k)
-            .map_err(|e| Error::storage(ENGINE_NAME, "read meta", e))?
-            .map_or(0, |g| g.value()))
+        match table.get(&k, "read meta")? {
+            Some(v) => Ok(v),
+            None if layout == IndexLayout::Checked => Err(Error::Corrupt {
+                db: format!("{ENGINE_NAME} {INDEX_FILE}, table {}", META.checked_name),
+                key: k.as_bytes().to_vec(),
+                height: None,
+                reason: CorruptReason::Invalid("a row every checked index holds is missing"),
+            }),
+            None => Ok(0),
+        }
     };
     Ok((
         get(META_APPLIED_SEQ)?,
@@ -477,49 +522,60 @@ fn read_meta(index: &Database) -> Result<(u64, u64, (u64, u64))> {
 }
 
 /// The separating keyspaces (name → threshold) and the live bytes per segment.
-fn read_values_meta(index: &Database) -> Result<(HashMap<String, u64>, BTreeMap<u64, u64>)> {
+fn read_values_meta(
+    index: &Database,
+    layout: IndexLayout,
+) -> Result<(HashMap<String, u64>, BTreeMap<u64, u64>)> {
     let txn = index
         .begin_read()
         .map_err(|e| Error::storage(ENGINE_NAME, "begin read", e))?;
-    let separated = meta_rows_with_prefix(&txn, META_SEPARATE_PREFIX)?
+    let separated = meta_rows_with_prefix(&txn, layout, META_SEPARATE_PREFIX)?
         .into_iter()
         .collect();
-    let mut live = BTreeMap::new();
-    match txn.open_table(LIVE) {
-        Ok(t) => {
-            for item in t
-                .iter()
-                .map_err(|e| Error::storage(ENGINE_NAME, "read live", e))?
-            {
-                let (k, v) = item.map_err(|e| Error::storage(ENGINE_NAME, "read live", e))?;
-                live.insert(k.value(), v.value());
-            }
-        }
-        Err(TableError::TableDoesNotExist(_)) => {}
-        Err(e) => return Err(Error::storage(ENGINE_NAME, "open live", e)),
-    }
+    let live = match LIVE
+        .open_read(&txn, layout)
+        .map_err(|e| Error::storage(ENGINE_NAME, "open live", e))?
+    {
+        Some(t) => t.all("read live", |segment| segment)?.into_iter().collect(),
+        None => BTreeMap::new(),
+    };
     Ok((separated, live))
 }
 
-/// The `journal.meta` rows whose key starts with `prefix`: (the rest of the key, value).
-fn meta_rows_with_prefix(txn: &redb::ReadTransaction, prefix: &str) -> Result<Vec<(String, u64)>> {
-    let t = match txn.open_table(META) {
-        Ok(t) => t,
-        Err(TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-        Err(e) => return Err(Error::storage(ENGINE_NAME, "open meta", e)),
-    };
-    let mut rows = Vec::new();
-    for item in t
-        .range(prefix..)
-        .map_err(|e| Error::storage(ENGINE_NAME, "read meta", e))?
-    {
-        let (k, v) = item.map_err(|e| Error::storage(ENGINE_NAME, "read meta", e))?;
-        let Some(name) = k.value().strip_prefix(prefix) else {
-            break;
-        };
-        rows.push((name.to_string(), v.value()));
+/// In the checked layout, every `journal.run_values` row checked: a merge lowers the live
+/// bytes by them, so a damaged one is refused at open rather than by the merge that would
+/// act on it. Recovery reads nothing else of them.
+fn check_run_values(index: &Database, layout: IndexLayout) -> Result<()> {
+    if layout == IndexLayout::Unchecked {
+        return Ok(());
     }
-    Ok(rows)
+    let txn = index
+        .begin_read()
+        .map_err(|e| Error::storage(ENGINE_NAME, "begin read", e))?;
+    if let Some(t) = RUN_VALUES
+        .open_read(&txn, layout)
+        .map_err(|e| Error::storage(ENGINE_NAME, "open run values", e))?
+    {
+        t.all("read run values", |_| ())?;
+    }
+    Ok(())
+}
+
+/// The `journal.meta` rows whose key starts with `prefix`: (the rest of the key, value).
+fn meta_rows_with_prefix(
+    txn: &redb::ReadTransaction,
+    layout: IndexLayout,
+    prefix: &str,
+) -> Result<Vec<(String, u64)>> {
+    let Some(t) = META
+        .open_read(txn, layout)
+        .map_err(|e| Error::storage(ENGINE_NAME, "open meta", e))?
+    else {
+        return Ok(Vec::new());
+    };
+    t.rows_in(prefix.., "read meta", |k| {
+        k.strip_prefix(prefix).map(str::to_string)
+    })
 }
 
 /// The keyspaces indexed by runs (from `journal.meta`), and the runs the durable manifest
@@ -530,15 +586,15 @@ struct RunsMeta {
     listed: BTreeMap<String, BTreeSet<u64>>,
 }
 
-fn read_runs_meta(index: &Database) -> Result<RunsMeta> {
+fn read_runs_meta(index: &Database, layout: IndexLayout) -> Result<RunsMeta> {
     let txn = index
         .begin_read()
         .map_err(|e| Error::storage(ENGINE_NAME, "begin read", e))?;
     let mut out = RunsMeta::default();
-    for (name, kind) in meta_rows_with_prefix(&txn, META_INDEX_PREFIX)? {
+    for (name, kind) in meta_rows_with_prefix(&txn, layout, META_INDEX_PREFIX)? {
         if kind != INDEX_KIND_RUNS {
             return Err(Error::Corrupt {
-                db: format!("{ENGINE_NAME} index, keyspace {name}"),
+                db: KeyspaceInIndex(&name).to_string(),
                 key: format!("{META_INDEX_PREFIX}{name}").into_bytes(),
                 height: None,
                 reason: CorruptReason::Invalid("unknown keyspace index kind"),
@@ -546,19 +602,13 @@ fn read_runs_meta(index: &Database) -> Result<RunsMeta> {
         }
         out.kinds.insert(name);
     }
-    match txn.open_table(RUNS) {
-        Ok(t) => {
-            for item in t
-                .iter()
-                .map_err(|e| Error::storage(ENGINE_NAME, "read runs", e))?
-            {
-                let (k, _level) = item.map_err(|e| Error::storage(ENGINE_NAME, "read runs", e))?;
-                let (name, id) = k.value();
-                out.listed.entry(name.to_string()).or_default().insert(id);
-            }
+    if let Some(t) = RUNS
+        .open_read(&txn, layout)
+        .map_err(|e| Error::storage(ENGINE_NAME, "open runs", e))?
+    {
+        for ((name, id), _level) in t.all("read runs", |(name, id)| (name.to_string(), id))? {
+            out.listed.entry(name).or_default().insert(id);
         }
-        Err(TableError::TableDoesNotExist(_)) => {}
-        Err(e) => return Err(Error::storage(ENGINE_NAME, "open runs", e)),
     }
     Ok(out)
 }
@@ -581,7 +631,7 @@ fn open_runs(fs: &dyn FileSystem, dir: &Path, meta: RunsMeta) -> Result<OpenedRu
     let mut out = OpenedRuns::default();
     if let Some(name) = meta.listed.keys().find(|n| !meta.kinds.contains(*n)) {
         return Err(Error::Corrupt {
-            db: format!("{ENGINE_NAME} index, keyspace {name}"),
+            db: KeyspaceInIndex(name).to_string(),
             key: Vec::new(),
             height: None,
             reason: CorruptReason::Invalid("runs listed for a keyspace not indexed by runs"),

@@ -5,7 +5,9 @@
 //! * A separating keyspace's snapshot pins its trim epoch ([`ReadPin`]): no segment its
 //!   pointers lead to is unlinked while the pin lives; a value behind a pointer is read
 //!   from its segment and checked against the pointer's crc32 ([`stored_value`]).
-//! * [`get_many`] and [`range`] are `JournalDb`'s `Db` reads.
+//! * [`get_many`] and [`range`] are `JournalDb`'s `Db` reads. In a checked index
+//!   (`index.rs`) every pair they read is checked against its crc32, and a point lookup
+//!   that misses checks the pairs beside where its key would sort.
 //!
 //! Invariant: an entry leaves the overlay only after its redb commit, and a step's runs
 //! enter the read list under the same lock: a snapshot sees every write in one of the
@@ -238,9 +240,18 @@ pub(super) fn get_many(core: &Core, name: &str, keys: &[&[u8]]) -> Result<Vec<Op
                 }
                 let stored = match table.as_ref().expect("opened above") {
                     Some(t) => core.index_call("get", || {
-                        Ok(t.get(*k)
-                            .map_err(|e| Error::storage(name, "get", e))?
-                            .map(|g| Bytes::copy_from_slice(g.value())))
+                        let storage = |e| Error::storage(name, "get", e);
+                        match t.get(*k).map_err(storage)? {
+                            Some(g) => {
+                                let stored = core.layout.value_of(name, k, g.value())?;
+                                Ok(Some(Bytes::copy_from_slice(stored)))
+                            }
+                            // A flipped key is reported, not read as absent.
+                            None => core
+                                .layout
+                                .check_miss(name, &**t, k, storage)
+                                .map(|()| None),
+                        }
                     })?,
                     None => None,
                 };
@@ -293,17 +304,17 @@ pub(super) fn range<'a>(
                     .range::<&[u8]>(bounds)
                     .map_err(|e| Error::storage(name, "range", e))
             })?;
-            let owned_name = name.to_string();
-            // The stored bytes as they are: a pointer is followed only for a pair the
-            // merge returns (one the overlay shadows is never read).
+            let (owned_name, layout) = (name.to_string(), core.layout);
+            // The stored bytes, checked against their crc32 in the checked layout: a
+            // pointer is followed only for a pair the merge returns (one the overlay
+            // shadows is never read).
             let map = move |item: RedbItem| {
-                item.map(|(k, v)| {
-                    (
-                        Bytes::copy_from_slice(k.value()),
-                        Bytes::copy_from_slice(v.value()),
-                    )
-                })
-                .map_err(|e| Error::storage(&owned_name, "iterate", e))
+                let (k, v) = item.map_err(|e| Error::storage(&owned_name, "iterate", e))?;
+                let stored = layout.value_of(&owned_name, k.value(), v.value())?;
+                Ok((
+                    Bytes::copy_from_slice(k.value()),
+                    Bytes::copy_from_slice(stored),
+                ))
             };
             // Each `next` reads pages in redb: under the guard, as is the range's drop.
             let guard = &*core.index_guard;

@@ -3,7 +3,7 @@
 //!
 //! What the index records of the segments, and what each check refuses:
 //! * `first_segment` and the segments after it: read by [`scan`]; a gap is refused.
-//! * [`SEGMENT_ENDS`]: per segment with applied units, where the last applied unit in it
+//! * `journal.segment_ends`: per segment with applied units, where the last applied unit in it
 //!   ends (written in each apply step, durable with the checkpoint). A segment whose valid
 //!   units end before it, or that is missing, lost units the index applied: refused with
 //!   [`Error::JournalSegment`] naming the segment and the offsets missing. A torn tail after
@@ -19,9 +19,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
+use redb::{Database, ReadableDatabase};
 
-use super::format::{RUNS_DIR, parse_segment_file_name, segment_file_name};
+use super::format::{RUNS_DIR, SEGMENT_ENDS, parse_segment_file_name, segment_file_name};
+use super::index::IndexLayout;
 use super::state::{ENGINE_NAME, corrupt, io_err};
 use super::unit::{self, Decoded, Header, Sections};
 use crate::error::{CorruptReason, Error, Result};
@@ -36,13 +37,6 @@ pub(super) const SCAN_BUFFER_BYTES: usize = 1 << 20;
 /// trailer.
 pub(super) const UNIT_BYTES_MAX: u64 =
     (unit::HEADER_BYTES + unit::TRAILER_BYTES) as u64 + u32::MAX as u64;
-
-/// Index table: segment → the offset where the last applied unit in it ends (bytes). Rows
-/// are written by apply steps with the applied seq, and removed by the checkpoint that
-/// retires their segment. A journal written before the table has none: the applied end's
-/// segment is checked alone.
-pub(super) const SEGMENT_ENDS: TableDefinition<u64, u64> =
-    TableDefinition::new("journal.segment_ends");
 
 /// The longest segment file the journal writes with `segment_bytes` (bytes): units are
 /// appended while they end within `segment_bytes`, except a segment's first unit, which may
@@ -62,30 +56,27 @@ pub(super) fn last_ends(units: impl IntoIterator<Item = (u64, u64)>) -> BTreeMap
     ends
 }
 
-/// The index's [`SEGMENT_ENDS`], with the applied end (segment, offset) the meta table
+/// The index's `journal.segment_ends` (each row checked in the checked layout), with the
+/// applied end (segment, offset) the meta table
 /// records folded in (the one row a journal from before the table has).
 pub(super) fn read_segment_ends(
     index: &Database,
+    layout: IndexLayout,
     applied_end: (u64, u64),
 ) -> Result<BTreeMap<u64, u64>> {
     let txn = index
         .begin_read()
         .map_err(|e| Error::storage(ENGINE_NAME, "begin read", e))?;
-    let mut ends = BTreeMap::new();
-    match txn.open_table(SEGMENT_ENDS) {
-        Ok(t) => {
-            for item in t
-                .iter()
-                .map_err(|e| Error::storage(ENGINE_NAME, "read segment ends", e))?
-            {
-                let (k, v) =
-                    item.map_err(|e| Error::storage(ENGINE_NAME, "read segment ends", e))?;
-                ends.insert(k.value(), v.value());
-            }
-        }
-        Err(TableError::TableDoesNotExist(_)) => {}
-        Err(e) => return Err(Error::storage(ENGINE_NAME, "open segment ends", e)),
-    }
+    let mut ends = match SEGMENT_ENDS
+        .open_read(&txn, layout)
+        .map_err(|e| Error::storage(ENGINE_NAME, "open segment ends", e))?
+    {
+        Some(t) => t
+            .all("read segment ends", |segment| segment)?
+            .into_iter()
+            .collect(),
+        None => BTreeMap::new(),
+    };
     if applied_end.1 > 0 {
         let e = ends.entry(applied_end.0).or_insert(0);
         *e = applied_end.1.max(*e);

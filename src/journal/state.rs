@@ -24,6 +24,7 @@ use redb::Database;
 use super::applier::Queue;
 use super::checkpoint::CheckpointClock;
 use super::format::segment_file_name;
+use super::index::IndexLayout;
 use super::manifest::Manifest;
 use super::merger::MergerState;
 use super::options::{Counters, JournalOptions};
@@ -101,6 +102,8 @@ pub(super) struct Core {
     /// ([`Core::index_call`]); a redb panic poisons the engine.
     pub(super) index_guard: Arc<RedbGuard>,
     pub(super) index_counters: Arc<BackendCounters>,
+    /// How the index stores its pairs and rows (checked or not), decided at open.
+    pub(super) layout: IndexLayout,
     /// The engine's poison; it also fences the index file (`CountingBackend::fenced_by`).
     pub(super) poison: Arc<Poison>,
     state: Mutex<State>,
@@ -128,6 +131,7 @@ pub(super) struct CoreParts {
     pub(super) index: GuardedDrop<Database>,
     pub(super) index_guard: Arc<RedbGuard>,
     pub(super) index_counters: Arc<BackendCounters>,
+    pub(super) layout: IndexLayout,
     pub(super) poison: Arc<Poison>,
     pub(super) state: State,
     pub(super) counters: Counters,
@@ -142,6 +146,7 @@ impl Core {
             index,
             index_guard,
             index_counters,
+            layout,
             poison,
             state,
             counters,
@@ -153,6 +158,7 @@ impl Core {
             index,
             index_guard,
             index_counters,
+            layout,
             poison,
             state: Mutex::new(state),
             changed: Condvar::new(),
@@ -199,6 +205,16 @@ impl Core {
             }
             self.fail(Error::storage(ENGINE_NAME, op, e))
         }
+    }
+
+    /// An error met on the write path (a corrupt row or pair, or a storage error already
+    /// named): it poisons the engine. Poisoned already, the first cause is returned, as
+    /// [`Core::failing`] does.
+    pub(super) fn failed(&self, err: Error) -> Error {
+        if let Err(poisoned) = self.poison.check(ENGINE_NAME) {
+            return poisoned;
+        }
+        self.fail(err)
     }
 
     /// `map_err` for a file operation on the write path: the failure poisons the engine.

@@ -103,7 +103,8 @@ pub(super) fn usage(core: &Core) -> Result<JournalUsage> {
                 .map_err(|e| Error::storage(ENGINE_NAME, "read", e))?
             {
                 let (key, value) = item.map_err(|e| Error::storage(ENGINE_NAME, "read", e))?;
-                count(&mut k, &name, separating, key.value(), value.value())?;
+                let stored = core.layout.value_of(&name, key.value(), value.value())?;
+                count(&mut k, &name, separating, key.value(), stored)?;
             }
             usage.keyspaces.insert(name, k);
         }

@@ -22,6 +22,8 @@ mod damage;
 mod dir_lock;
 /// EIO at every file-system operation of a journal's life and of its recovery.
 mod eio;
+/// A new index checks every pair and row it reads: a flipped value, key or row is Corrupt.
+mod index_checksums;
 /// One engine per journal directory: a second open is `Locked`.
 mod lock;
 /// The node on one journal: a power cut at every operation, exact sync counts.

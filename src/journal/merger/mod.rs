@@ -22,8 +22,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use redb::ReadableTable;
-
 use super::applier::{ApplyTurn, UnitApplier};
 use super::apply::write_live;
 use super::engine::{Shared, spawn_poisoning_on_panic};
@@ -349,13 +347,15 @@ fn install_merge(core: &Core, _turn: &ApplyTurn<'_>, merge: WrittenMerge) -> Res
     };
     let txn = core.begin_index_write(redb::Durability::None)?;
     core.index_call("write runs", || {
-        let mut manifest = txn.open_table(RUNS).map_err(core.failing("open runs"))?;
+        let mut manifest = RUNS
+            .open_mut(&txn, core.layout)
+            .map_err(core.failing("open runs"))?;
         manifest
-            .insert((name.as_str(), out.id()), RUN_LEVEL)
+            .insert(&(name.as_str(), out.id()), RUN_LEVEL)
             .map_err(core.failing("write runs"))?;
         for r in &inputs {
             manifest
-                .remove((name.as_str(), r.id()))
+                .remove(&(name.as_str(), r.id()))
                 .map_err(core.failing("write runs"))?;
         }
         Ok(())
@@ -399,27 +399,26 @@ fn move_pointer_rows(
 ) -> Result<BTreeMap<u64, i64>> {
     let mut delta: BTreeMap<u64, i64> = BTreeMap::new();
     core.index_call("write run values", || {
-        let mut rows = txn
-            .open_table(RUN_VALUES)
+        let mut rows = RUN_VALUES
+            .open_mut(txn, core.layout)
             .map_err(core.failing("open run values"))?;
         for r in inputs {
             let from = (name, r.id(), 0u64);
             let through = (name, r.id(), u64::MAX);
             let held: Vec<(u64, u64)> = rows
-                .range(from..=through)
-                .map_err(core.failing("read run values"))?
-                .map(|item| item.map(|(k, v)| (k.value().2, v.value())))
-                .collect::<std::result::Result<_, _>>()
-                .map_err(core.failing("read run values"))?;
+                .rows_in(from..=through, "read run values", |(_, _, segment)| {
+                    Some(segment)
+                })
+                .map_err(|e| core.failed(e))?;
             for (segment, bytes) in held {
-                rows.remove((name, r.id(), segment))
+                rows.remove(&(name, r.id(), segment))
                     .map_err(core.failing("write run values"))?;
                 *delta.entry(segment).or_default() -=
                     i64::try_from(bytes).expect("live bytes fit i64");
             }
         }
         for (&segment, &bytes) in out_pointers {
-            rows.insert((name, out.id(), segment), bytes)
+            rows.insert(&(name, out.id(), segment), bytes)
                 .map_err(core.failing("write run values"))?;
             *delta.entry(segment).or_default() += i64::try_from(bytes).expect("live bytes fit i64");
         }
