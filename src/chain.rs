@@ -20,7 +20,8 @@ use std::fmt::Debug;
 use bytes::Bytes;
 
 use crate::error::CorruptReason;
-use crate::types::Hash;
+pub use crate::types::HistorySlot;
+use crate::types::{BLOCK_PART_SIZE_BYTES, Hash, PartSet};
 
 /// A commit: what finalized the block at [`ChainCommit::height`].
 pub trait ChainCommit: Clone + Debug + Send + Sync + 'static {
@@ -73,36 +74,6 @@ pub trait ChainBlock: Clone + Debug + Send + Sync + 'static {
     /// default accepts: right for a hash over the whole encoding.
     fn check_body(&self) -> Result<(), CorruptReason> {
         Ok(())
-    }
-}
-
-/// One of the per-height histories the state store keeps for a state (e.g. its validator
-/// sets), by slot. The state store keeps [`HistorySlot::COUNT`] slots.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct HistorySlot(u8);
-
-impl HistorySlot {
-    /// Slots the state store keeps. Why four: the reference chain keeps two histories
-    /// (validators, consensus params); two more leave room without a format change.
-    pub const COUNT: u8 = 4;
-
-    /// Slot `index` (`None` at or above [`HistorySlot::COUNT`]).
-    pub const fn new(index: u8) -> Option<HistorySlot> {
-        if index < Self::COUNT {
-            Some(HistorySlot(index))
-        } else {
-            None
-        }
-    }
-
-    /// The slot's index.
-    pub const fn index(self) -> u8 {
-        self.0
-    }
-
-    /// Every slot, in order.
-    pub fn all() -> impl Iterator<Item = HistorySlot> {
-        (0..Self::COUNT).map(HistorySlot)
     }
 }
 
@@ -252,4 +223,13 @@ pub struct Event {
     pub height: u64,
     /// What happened.
     pub kind: EventKind,
+}
+
+/// A block's parts: the seam's block type meets the stored part set here, so the records
+/// (`types`) need not know the seam.
+impl PartSet {
+    /// The complete part set of `block`'s encoding, parts of [`BLOCK_PART_SIZE_BYTES`].
+    pub fn from_block<B: ChainBlock>(block: &B) -> Self {
+        Self::from_bytes(&block.encode(), BLOCK_PART_SIZE_BYTES)
+    }
 }

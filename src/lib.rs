@@ -100,7 +100,8 @@
 //! # Layers
 //!
 //! Each module imports only from modules of its own layer or of the layers below it in this
-//! table, lowest first (`tests/layers.rs` checks every file of `src/` against it):
+//! table, lowest first, and no modules import each other in a circle (`tests/layers.rs`
+//! checks every file of `src/` against it):
 //!
 //! | layer | modules | what they are |
 //! |---|---|---|
@@ -110,12 +111,13 @@
 //! | 4 | `db` | the [`Db`] trait, its batch types, the memory and redb backends, counters |
 //! | 5 | `journal`, `prefetch` | the journal engine (ADR 0008); prefetch workers (ADR 0010) |
 //! | 6 | `holding` | [`HoldingDb`]: writes held in memory until a flush point |
-//! | 7 | `types`, `chain`, `app` | the seam an embedder implements: [`Chain`], [`App`] |
-//! | 8 | `store` | [`store::BlockStore`], [`store::StateStore`] |
-//! | 9 | `home` | [`Home`]: a directory's databases on one engine, its `FORMAT` and lock |
-//! | 10 | `node` | [`Node`]: block sync, flush points, consensus, the handshake |
-//! | 11 | `rollback`, `verify` | [`rollback()`], [`verify()`] of a home |
-//! | 12 | `demo`, `testing` | the demo chain and app; test doubles |
+//! | 7 | `types` | the records the stores keep: part sets, block metas, history entries |
+//! | 8 | `chain`, `app` | the seam an embedder implements: [`Chain`], [`App`] |
+//! | 9 | `store` | [`store::BlockStore`], [`store::StateStore`] |
+//! | 10 | `home` | [`Home`]: a directory's databases on one engine, its `FORMAT` and lock |
+//! | 11 | `node` | [`Node`]: block sync, flush points, consensus, the handshake |
+//! | 12 | `rollback`, `verify` | [`rollback()`], [`verify()`] of a home |
+//! | 13 | `demo`, `testing` | the demo chain and app; test doubles |
 
 #![deny(unsafe_code)]
 

@@ -1,9 +1,10 @@
 //! The library's layers point one way: each module imports only from the modules of its own
-//! layer or of the layers below it, as the table in `src/lib.rs` ("Layers") states. This
-//! test reads that table and every file under `src/`, and fails naming each upward import
-//! (`crate::m` in code, comments and `#[cfg(test)]` modules aside).
+//! layer or of the layers below it, as the table in `src/lib.rs` ("Layers") states, and no
+//! modules of one layer import each other in a circle. This test reads that table and every
+//! file under `src/`, and fails naming each upward import and each circle (`crate::m` in
+//! code, comments and `#[cfg(test)]` modules aside).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// Module → its layer (1 is the lowest), from the rows `//! | N | `a`, `b` | what |` of
@@ -119,11 +120,14 @@ fn test_only(files: &[(String, String)]) -> Vec<String> {
     out
 }
 
-/// Every upward import in `files` (path, source) against `layers`, and every module that
-/// has no layer, as one line each. Test code (see [`test_only`]) may import anything.
+/// Every upward import in `files` (path, source) against `layers`, every module that has no
+/// layer, and every circle of imports between modules of one layer, as one line each. Test
+/// code (see [`test_only`]) may import anything.
 fn violations(layers: &BTreeMap<String, u32>, files: &[(String, String)]) -> Vec<String> {
     let tests = test_only(files);
     let mut out = Vec::new();
+    // Imports between two modules of one layer: allowed, unless they close a circle.
+    let mut sideways: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (rel, src) in files {
         let from = module_of(Path::new(rel));
         if from == "lib"
@@ -144,12 +148,62 @@ fn violations(layers: &BTreeMap<String, u32>, files: &[(String, String)]) -> Vec
                 Some(&layer) if layer > own => out.push(format!(
                     "{rel}: `{from}` (layer {own}) imports `crate::{to}` (layer {layer})"
                 )),
+                Some(&layer) if layer == own && to != from => {
+                    sideways.entry(from.clone()).or_default().insert(to);
+                }
                 Some(_) => {}
             }
         }
     }
+    out.extend(circles(&sideways));
     out.sort();
     out.dedup();
+    out
+}
+
+/// Each circle in `edges` (module → the modules it imports), as one line naming its modules
+/// from the least, e.g. "circle: `a` → `b` → `a`".
+fn circles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    // The shortest path from `from` to `to` along `edges`, `to` included.
+    let path = |from: &str, to: &str| -> Option<Vec<String>> {
+        let mut back: BTreeMap<String, String> = BTreeMap::new();
+        let mut queue = std::collections::VecDeque::from([from.to_string()]);
+        while let Some(m) = queue.pop_front() {
+            for n in edges.get(&m).into_iter().flatten() {
+                if back.contains_key(n) || n == from {
+                    continue;
+                }
+                back.insert(n.clone(), m.clone());
+                if n == to {
+                    let mut p = vec![n.clone()];
+                    while let Some(prev) = back.get(p.last().unwrap()) {
+                        p.push(prev.clone());
+                    }
+                    p.reverse();
+                    return Some(p);
+                }
+                queue.push_back(n.clone());
+            }
+        }
+        None
+    };
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for (a, tos) in edges {
+        for b in tos {
+            let Some(rest) = path(b, a) else { continue };
+            let mut members: Vec<String> = rest.clone();
+            members.sort();
+            if !seen.insert(members) {
+                continue;
+            }
+            let names: Vec<String> = std::iter::once(a.clone())
+                .chain(rest)
+                .map(|m| format!("`{m}`"))
+                .collect();
+            out.push(format!("circle: {}", names.join(" → ")));
+        }
+    }
     out
 }
 
@@ -185,7 +239,7 @@ fn every_import_of_the_library_points_down_its_layers() {
 }
 
 #[test]
-fn the_checker_finds_an_upward_import_and_ignores_comments_and_tests() {
+fn the_checker_finds_an_upward_import_and_a_circle_and_ignores_comments_and_tests() {
     let table =
         layers("//! | 1 | `low` | x |\n//! | 2 | `mid`, `peer` | y |\n//! | 3 | `high` | z |\n");
     assert_eq!(table.len(), 4);
@@ -216,11 +270,14 @@ fn the_checker_finds_an_upward_import_and_ignores_comments_and_tests() {
         // The same file declared without `#[cfg(test)]` is code: found.
         file("mid/mod.rs", "mod helpers;\n"),
         file("mid/helpers.rs", "use crate::high::T;\n"),
+        // Two modules of one layer importing each other: a circle, found once.
+        file("mid/d.rs", "use crate::peer::P;\n"),
     ];
     let found = violations(&table, &files);
     assert_eq!(
         found,
         vec![
+            "circle: `mid` → `peer` → `mid`".to_string(),
             "low.rs: `low` (layer 1) imports `crate::mid` (layer 2)".to_string(),
             "mid/a.rs: `mid` (layer 2) imports `crate::high` (layer 3)".to_string(),
             "mid/b.rs: `mid` (layer 2) imports `crate::high` (layer 3)".to_string(),

@@ -6,13 +6,42 @@
 
 use bytes::Bytes;
 
-use crate::chain::ChainBlock;
 use crate::codec::{Reader, RecordKind, Writer};
 use crate::error::CorruptReason;
 
 /// A 32-byte digest: block hashes, app hashes, the genesis id (the chain chooses the hash
 /// function).
 pub type Hash = [u8; 32];
+
+/// One of the per-height histories the state store keeps for a state (e.g. its validator
+/// sets), by slot. The state store keeps [`HistorySlot::COUNT`] slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HistorySlot(u8);
+
+impl HistorySlot {
+    /// Slots the state store keeps. Why four: the reference chain keeps two histories
+    /// (validators, consensus params); two more leave room without a format change.
+    pub const COUNT: u8 = 4;
+
+    /// Slot `index` (`None` at or above [`HistorySlot::COUNT`]).
+    pub const fn new(index: u8) -> Option<HistorySlot> {
+        if index < Self::COUNT {
+            Some(HistorySlot(index))
+        } else {
+            None
+        }
+    }
+
+    /// The slot's index.
+    pub const fn index(self) -> u8 {
+        self.0
+    }
+
+    /// Every slot, in order.
+    pub fn all() -> impl Iterator<Item = HistorySlot> {
+        (0..Self::COUNT).map(HistorySlot)
+    }
+}
 
 /// Size of a block part, in bytes. Why: the reference node's part size (64 KiB), so blocks
 /// split the same way; the last part of a block may be shorter.
@@ -68,10 +97,6 @@ pub struct PartSet {
 }
 
 impl PartSet {
-    /// The complete part set of `block`'s encoding, parts of [`BLOCK_PART_SIZE_BYTES`].
-    pub fn from_block<B: ChainBlock>(block: &B) -> Self {
-        Self::from_bytes(&block.encode(), BLOCK_PART_SIZE_BYTES)
-    }
     /// Splits `data` into parts of `part_size` bytes (at least one part).
     pub fn from_bytes(data: &Bytes, part_size: usize) -> Self {
         assert!(part_size > 0, "invariant: part size is positive");
@@ -135,7 +160,7 @@ impl PartSet {
 pub struct BlockMeta {
     /// The block's hash.
     pub block_hash: Hash,
-    /// The chain's header bytes ([`ChainBlock::header_bytes`]).
+    /// The chain's header bytes ([`ChainBlock::header_bytes`](crate::ChainBlock::header_bytes)).
     #[serde(skip)]
     pub header: Bytes,
     /// Number of parts.
@@ -183,8 +208,8 @@ pub struct HistoryEntry {
 impl HistoryEntry {
     /// The record kind of slot `slot`'s entries: the first two are the kinds the demo
     /// chain's validator and params histories had before the seam, so its homes read alike.
-    pub fn kind_of(slot: crate::chain::HistorySlot) -> RecordKind {
-        const KINDS: [RecordKind; crate::chain::HistorySlot::COUNT as usize] = [
+    pub fn kind_of(slot: HistorySlot) -> RecordKind {
+        const KINDS: [RecordKind; HistorySlot::COUNT as usize] = [
             RecordKind::VALIDATORS_INFO,
             RecordKind::PARAMS_INFO,
             RecordKind::HISTORY_2,
@@ -194,7 +219,7 @@ impl HistoryEntry {
     }
 
     /// Encodes the entry as a record of `slot` under `key`.
-    pub fn encode(&self, slot: crate::chain::HistorySlot, key: &[u8]) -> Bytes {
+    pub fn encode(&self, slot: HistorySlot, key: &[u8]) -> Bytes {
         let hint = 9 + self.value.as_ref().map_or(0, |v| v.len());
         crate::codec::encode_record_with(key, Self::kind_of(slot), hint, |w| {
             w.u64(self.changed_at);
@@ -211,11 +236,7 @@ impl HistoryEntry {
     }
 
     /// Decodes a record of `slot` stored under `key`.
-    pub fn decode(
-        slot: crate::chain::HistorySlot,
-        key: &[u8],
-        bytes: &[u8],
-    ) -> Result<Self, CorruptReason> {
+    pub fn decode(slot: HistorySlot, key: &[u8], bytes: &[u8]) -> Result<Self, CorruptReason> {
         let mut r = Reader::new(crate::codec::decode_record(
             key,
             Self::kind_of(slot),
