@@ -104,6 +104,7 @@
 //!
 //! | layer | modules | what they are |
 //! |---|---|---|
+//! | 0 | `counts`, `rng` | leaves that import nothing from the crate: the one counter shape (`counts!`); splitmix64 |
 //! | 1 | `error`, `engine`, `sync`, `poison` | the error type and the engine names it carries; the lock and thread shim (loom); a handle's poisoning |
 //! | 2 | `codec`, `aliasing` | keys and checksummed records (ADR 0001); byte-range aliasing checks |
 //! | 3 | `fs` | files: the real file system, the simulated one, the copy-on-write scratch |
@@ -123,6 +124,7 @@ mod aliasing;
 mod app;
 mod chain;
 pub mod codec;
+mod counts;
 pub mod db;
 #[cfg(any(test, feature = "demo", doc))]
 pub mod demo;
