@@ -137,6 +137,8 @@ pub mod journal;
 pub mod node;
 mod poison;
 pub mod prefetch;
+#[cfg(any(test, feature = "testkit", feature = "demo", doc))]
+mod rng;
 mod rollback;
 pub mod store;
 mod sync;
