@@ -69,7 +69,7 @@ impl fmt::Debug for Peak {
 
 /// Declares a counter family: a live type and its snapshot type (see the module docs).
 ///
-/// ```ignore
+/// ```text
 /// counts! {
 ///     /// Live counters of …
 ///     pub struct LiveName =>
