@@ -105,6 +105,7 @@
 //!
 //! | layer | modules | what they are |
 //! |---|---|---|
+//! | 0 | `counts`, `rng` | leaves that import nothing from the crate: the one counter shape (`counts!`); splitmix64 |
 //! | 1 | `error`, `engine`, `sync`, `poison` | the error type and the engine names it carries; the lock and thread shim (loom); a handle's poisoning |
 //! | 2 | `codec`, `aliasing` | keys and checksummed records (ADR 0001); byte-range aliasing checks |
 //! | 3 | `fs` | files: the real file system, the simulated one, the copy-on-write scratch |
@@ -125,6 +126,7 @@ mod aliasing;
 mod app;
 mod chain;
 pub mod codec;
+mod counts;
 pub mod db;
 #[cfg(any(test, feature = "demo", doc))]
 pub mod demo;
@@ -137,6 +139,8 @@ pub mod journal;
 pub mod node;
 mod poison;
 pub mod prefetch;
+#[cfg(any(test, feature = "testkit", feature = "demo", doc))]
+mod rng;
 mod rollback;
 pub mod store;
 mod sync;

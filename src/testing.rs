@@ -1,7 +1,8 @@
 //! Test doubles embedders can reuse in their own CI (feature `testkit`): a database that
 //! records every batch (across several databases, in one global order), one that fails on
 //! command, a snapshot of a directory's files, and the simulated file system ([`SimFs`])
-//! that cuts the power at any file operation.
+//! that cuts the power at any file operation; and the seeded generator they use
+//! ([`splitmix64`], [`splitmix64_next`]).
 //!
 //! Invariant: these wrappers change nothing about the wrapped database's semantics except
 //! what their names say (recording; failing from a chosen write on).
@@ -13,6 +14,9 @@ use crate::db::{Batch, Db, DbWrapper, Durability};
 use crate::error::{Error, Result};
 
 pub use crate::fs::sim::{DirFate, FileFate, SimFault, SimFile, SimFs, SimOp, SimStats};
+/// splitmix64, the crate's one seeded generator (the simulated file system's fates and the
+/// demo chain use it): [`splitmix64`] hashes one value, [`splitmix64_next`] steps a stream.
+pub use crate::rng::{splitmix64, splitmix64_next};
 
 /// One recorded write.
 #[derive(Debug, Clone, PartialEq, Eq)]

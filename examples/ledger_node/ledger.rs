@@ -366,6 +366,8 @@ impl Chain for Ledger {
     }
 }
 
+/// splitmix64, the ledger's own: an embedder's chain builds without flushpoint's `demo`
+/// and `testkit` features, the only places the library exposes its generator.
 fn splitmix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

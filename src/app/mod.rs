@@ -119,7 +119,7 @@ pub trait App<C: Chain>: Send {
     /// The app's held storage, when a flush thread may write it: the node then freezes the
     /// app's held writes between blocks and writes them from its flush thread after the block
     /// store and the state (background flush points, [`crate::FlushPolicy::background`]),
-    /// while the app executes the next blocks into a new overlay. `None` (the default): the
+    /// while the app executes the next blocks into a new open window. `None` (the default): the
     /// node calls [`App::write_held`] on its own thread and flush points stay synchronous.
     fn held_store(&self) -> Option<std::sync::Arc<dyn crate::holding::HeldStore>> {
         None

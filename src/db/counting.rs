@@ -1,55 +1,26 @@
 //! Sync accounting: a wrapper that counts, per database, synced batches, buffered batches
-//! and bytes written, so embedders can assert fsync counts in their own CI.
+//! and bytes written, so embedders can assert fsync counts in their own CI. The counters
+//! are one family of the crate's counter shape (`counts!`, in `src/counts.rs`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Batch, Db, DbWrapper, Durability, EntryRef};
 use crate::error::Result;
 
-/// Live counters of one database's writes. Cheap to clone (shared).
-#[derive(Debug, Default)]
-pub struct SyncCounters {
-    synced_batches: AtomicU64,
-    buffered_batches: AtomicU64,
-    bytes_written: AtomicU64,
-    failed_batches: AtomicU64,
-}
-
-/// A snapshot of [`SyncCounters`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct SyncCounts {
-    /// Batches written `Synced` that returned `Ok`.
-    pub synced_batches: u64,
-    /// Batches written `Buffered` that returned `Ok`.
-    pub buffered_batches: u64,
-    /// Key and value bytes of the batches that returned `Ok`.
-    pub bytes_written: u64,
-    /// Batches whose write returned `Err`.
-    pub failed_batches: u64,
-}
-
-impl std::ops::Sub for SyncCounts {
-    type Output = SyncCounts;
-    fn sub(self, o: SyncCounts) -> SyncCounts {
-        SyncCounts {
-            synced_batches: self.synced_batches - o.synced_batches,
-            buffered_batches: self.buffered_batches - o.buffered_batches,
-            bytes_written: self.bytes_written - o.bytes_written,
-            failed_batches: self.failed_batches - o.failed_batches,
-        }
-    }
-}
-
-impl SyncCounters {
-    /// The current counts.
-    pub fn snapshot(&self) -> SyncCounts {
-        SyncCounts {
-            synced_batches: self.synced_batches.load(Ordering::SeqCst),
-            buffered_batches: self.buffered_batches.load(Ordering::SeqCst),
-            bytes_written: self.bytes_written.load(Ordering::SeqCst),
-            failed_batches: self.failed_batches.load(Ordering::SeqCst),
-        }
+crate::counts::counts! {
+    /// Live counters of one database's writes, kept by a [`CountingDb`]. Cheap to clone
+    /// (shared).
+    pub struct SyncCounters =>
+    /// A snapshot of [`SyncCounters`].
+    pub struct SyncCounts {
+        /// Batches written `Synced` that returned `Ok`.
+        synced_batches: count,
+        /// Batches written `Buffered` that returned `Ok`.
+        buffered_batches: count,
+        /// Key and value bytes of the batches that returned `Ok`.
+        bytes_written: count,
+        /// Batches whose write returned `Err`.
+        failed_batches: count,
     }
 }
 
@@ -87,18 +58,12 @@ impl<D: Db> CountingDb<D> {
     fn count(&self, res: &Result<()>, durability: Durability, bytes: u64) {
         let c = &self.counters;
         match (res, durability) {
-            (Ok(()), Durability::Synced) => {
-                c.synced_batches.fetch_add(1, Ordering::SeqCst);
-            }
-            (Ok(()), Durability::Buffered) => {
-                c.buffered_batches.fetch_add(1, Ordering::SeqCst);
-            }
-            (Err(_), _) => {
-                c.failed_batches.fetch_add(1, Ordering::SeqCst);
-            }
+            (Ok(()), Durability::Synced) => c.synced_batches.add(1),
+            (Ok(()), Durability::Buffered) => c.buffered_batches.add(1),
+            (Err(_), _) => c.failed_batches.add(1),
         }
         if res.is_ok() {
-            c.bytes_written.fetch_add(bytes, Ordering::SeqCst);
+            c.bytes_written.add(bytes);
         }
     }
 }

@@ -1,58 +1,28 @@
 //! A redb `StorageBackend` wrapper that counts the real I/O calls on the file, so "one
-//! synced batch" can be checked against "one `sync_data` (fdatasync) on the file".
+//! synced batch" can be checked against "one `sync_data` (fdatasync) on the file". The
+//! counters are one family of the crate's counter shape (`counts!`, in `src/counts.rs`).
 
 use std::fmt::Debug;
 use std::ops::Bound;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use redb::{BackendError, StorageBackend};
 
 use crate::poison::Poison;
 
-/// Shared counters of a backend's calls.
-#[derive(Debug, Default)]
-pub struct BackendCounters {
-    sync_data_calls: AtomicU64,
-    write_calls: AtomicU64,
-    set_len_calls: AtomicU64,
-    bytes_written: AtomicU64,
-}
-
-/// A snapshot of [`BackendCounters`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct BackendCounts {
-    /// `sync_data` calls (fdatasync on a file).
-    pub sync_data_calls: u64,
-    /// `write` calls.
-    pub write_calls: u64,
-    /// `set_len` calls (file growth or shrink).
-    pub set_len_calls: u64,
-    /// Bytes passed to `write`.
-    pub bytes_written: u64,
-}
-
-impl std::ops::Sub for BackendCounts {
-    type Output = BackendCounts;
-    fn sub(self, o: BackendCounts) -> BackendCounts {
-        BackendCounts {
-            sync_data_calls: self.sync_data_calls - o.sync_data_calls,
-            write_calls: self.write_calls - o.write_calls,
-            set_len_calls: self.set_len_calls - o.set_len_calls,
-            bytes_written: self.bytes_written - o.bytes_written,
-        }
-    }
-}
-
-impl BackendCounters {
-    /// The current counts.
-    pub fn snapshot(&self) -> BackendCounts {
-        BackendCounts {
-            sync_data_calls: self.sync_data_calls.load(Ordering::SeqCst),
-            write_calls: self.write_calls.load(Ordering::SeqCst),
-            set_len_calls: self.set_len_calls.load(Ordering::SeqCst),
-            bytes_written: self.bytes_written.load(Ordering::SeqCst),
-        }
+crate::counts::counts! {
+    /// Shared counters of a backend's calls, kept by a [`CountingBackend`].
+    pub struct BackendCounters =>
+    /// A snapshot of [`BackendCounters`].
+    pub struct BackendCounts {
+        /// `sync_data` calls (fdatasync on a file).
+        sync_data_calls: count,
+        /// `write` calls.
+        write_calls: count,
+        /// `set_len` calls (file growth or shrink).
+        set_len_calls: count,
+        /// Bytes passed to `write`.
+        bytes_written: count,
     }
 }
 
@@ -112,20 +82,18 @@ impl<B: StorageBackend> StorageBackend for CountingBackend<B> {
     }
     fn set_len(&self, len: u64) -> IoResult<()> {
         self.check_fence()?;
-        self.counters.set_len_calls.fetch_add(1, Ordering::SeqCst);
+        self.counters.set_len_calls.add(1);
         self.inner.set_len(len)
     }
     fn sync_data(&self) -> IoResult<()> {
         self.check_fence()?;
-        self.counters.sync_data_calls.fetch_add(1, Ordering::SeqCst);
+        self.counters.sync_data_calls.add(1);
         self.inner.sync_data()
     }
     fn write(&self, offset: u64, data: &[u8]) -> IoResult<()> {
         self.check_fence()?;
-        self.counters.write_calls.fetch_add(1, Ordering::SeqCst);
-        self.counters
-            .bytes_written
-            .fetch_add(data.len() as u64, Ordering::SeqCst);
+        self.counters.write_calls.add(1);
+        self.counters.bytes_written.add(data.len() as u64);
         self.inner.write(offset, data)
     }
     fn close(&self) -> IoResult<()> {

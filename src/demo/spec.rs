@@ -15,6 +15,7 @@ use super::kv::Tx;
 use super::types::{
     Block, Commit, ConsensusParams, Header, State, Validator, ValidatorSet, sha256,
 };
+use crate::rng::splitmix64;
 use crate::types::PartSet;
 
 /// Block size profile.
@@ -82,13 +83,6 @@ impl ChainSpec {
     }
 }
 
-fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
 /// Light-block transaction count and value size: 24 × ~170 B ≈ 4 KiB.
 const LIGHT_TXS: u64 = 24;
 const LIGHT_VALUE_BYTES: usize = 128;
@@ -131,14 +125,14 @@ impl ChainSpec {
     }
 
     fn rand(&self, h: u64, j: u64) -> u64 {
-        splitmix(self.seed ^ splitmix(h.wrapping_mul(1_000_003) ^ j))
+        splitmix64(self.seed ^ splitmix64(h.wrapping_mul(1_000_003) ^ j))
     }
 
     fn fill(&self, h: u64, j: u64, len: usize) -> Bytes {
         let mut b = BytesMut::with_capacity(len);
         let mut x = self.rand(h, j ^ 0xfeed);
         while b.len() + 8 <= len {
-            x = splitmix(x);
+            x = splitmix64(x);
             b.put_u64(x);
         }
         while b.len() < len {

@@ -13,6 +13,25 @@
 //! | `read.rs` | — | the read paths: through the windows, below the open one, durable |
 //! | `generations.rs` | `WriteGenerations` | what a prefetch session checks its reads against |
 //!
+//! Words, here and in the node and the journal:
+//! * **window**: the writes held since the last flush point, made durable together at the
+//!   next one: one database's as one synced batch, or the block store's, the state's and
+//!   the app's as one journal unit. The node's window is blocks F+1..F′ across its
+//!   databases; the journal calls it a *flush window*.
+//! * **open window**: the window new writes land in. **frozen window**: a window `freeze`
+//!   set aside for its write (at most one; [`FrozenWindow`] is its handle); reads see it
+//!   until it is durable. **window in flight**: the node's frozen windows while its flush
+//!   thread writes them (at most one).
+//! * **held**: in a window, not yet written — held writes, [`HoldingDb::held_bytes`], the
+//!   node's held events (fired once their window is durable).
+//! * **unit**: the journal's record of a window (ADR 0011), one append, synced once.
+//! * Not the window: *deferred writes* is the mechanism as a whole (ADR 0002; the node's
+//!   `DeferredWrites` is its flush policy and counters); a *batch* is one `Db` write; a
+//!   window's *chunks* are the memory its short keys and values are copied into; *write
+//!   generations* are what prefetch checks reads against. *Overlay* names a read's view of
+//!   the held windows merged over the disk (the model of `tests/db/holding_model.rs`); the
+//!   journal's overlay is its durable units not yet applied.
+//!
 //! Invariant: not holding, every call passes through with the caller's durability.
 //! Invariant: holding, writes land in the open window only (last write per key wins,
 //! deletes are tombstones); `held_bytes` is exactly the key and value bytes it holds.

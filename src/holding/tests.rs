@@ -50,12 +50,12 @@ fn held_writes_reach_disk_only_at_write_held() {
     assert_eq!(d.inner().counts().synced_batches, 2);
 }
 
-/// The open-overlay read sees the open overlay alone: its puts and deletes, the
-/// overlay's own bytes; a key only in the frozen window or only on disk reads `None`
+/// The open-window read sees the open window alone: its puts and deletes, the
+/// window's own bytes; a key only in the frozen window or only on disk reads `None`
 /// (planted: reading through the frozen window, as `get_many_through` does, fails on
 /// "f"), and so does every key when not holding.
 #[test]
-fn the_open_overlay_read_sees_the_open_overlay_alone() {
+fn the_open_window_read_sees_the_open_window_alone() {
     let d = db();
     put(&d, "disk", "0");
     assert_eq!(d.get_many_open(&[b"disk"]).unwrap(), vec![None]);
@@ -112,7 +112,7 @@ fn reverse_merge_interleaves_and_hides_deletes() {
 }
 
 #[test]
-fn a_frozen_window_is_read_between_the_overlay_and_the_disk_until_written() {
+fn a_frozen_window_is_read_between_the_open_window_and_the_disk_until_written() {
     let d = db();
     for k in ["a", "c", "e", "g"] {
         put(&d, k, "disk");
@@ -127,7 +127,7 @@ fn a_frozen_window_is_read_between_the_overlay_and_the_disk_until_written() {
     assert_eq!(frozen.ops, 3);
     assert_eq!(d.held_bytes(), 0, "the overlay is empty after a freeze");
     assert_eq!(d.frozen_bytes(), 1 + 6 + 1 + 6 + 1);
-    // Later writes go to a new overlay and shadow the frozen window.
+    // Later writes go to a new open window and shadow the frozen window.
     put(&d, "c", "active");
     put(&d, "e", "active");
     let mut del = Batch::new();

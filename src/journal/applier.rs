@@ -20,7 +20,6 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::apply::apply_units;
@@ -28,7 +27,7 @@ use super::checkpoint;
 use super::engine::Shared;
 use super::limits::{MERGER_BEHIND_RECHECK, POISON_RECHECK, RUNS_BEHIND_MAX};
 use super::merger;
-use super::options::{Applier, bump};
+use super::options::Applier;
 use super::overlay::{Overlay, UnitOps};
 use super::segments::{Segments, Writer};
 use super::state::{Core, ENGINE_NAME, State};
@@ -343,7 +342,7 @@ impl UnitApplier {
             {
                 return Ok(());
             }
-            bump(&core.counters.overlay_waits, 1);
+            core.counters.overlay_waits.add(1);
             if st.queue.durable_through < w.written_through() {
                 drop(st);
                 w.sync(core)?;
@@ -388,9 +387,9 @@ fn apply_taken(
     };
     let applied = apply_units(core, units, before_commit)?;
     if while_syncing {
-        bump(&core.counters.steps_begun_while_syncing, 1);
+        core.counters.steps_begun_while_syncing.add(1);
     }
-    bump(&core.counters.apply_steps, 1);
+    core.counters.apply_steps.add(1);
     let mut st = core.lock_state();
     st.segments
         .note_applied(applied.segments_started, applied.value_ranges);
@@ -510,7 +509,5 @@ fn wait_for_work(core: &Core) -> Option<bool> {
 
 /// The overlay's peak: `bytes` held at once after a unit entered it.
 pub(super) fn note_overlay_peak(core: &Core, bytes: u64) {
-    core.counters
-        .overlay_bytes_peak
-        .fetch_max(bytes, Ordering::Relaxed);
+    core.counters.overlay_bytes_peak.raise(bytes);
 }

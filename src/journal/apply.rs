@@ -22,7 +22,6 @@ use super::format::{
 };
 use super::index::{IndexLayout, KeyspaceInIndex};
 use super::manifest::{RunPointers, RunValue, write_run};
-use super::options::bump;
 use super::overlay::{KeyOrdered, NewestPerKey};
 use super::recovery;
 use super::run::Run;
@@ -140,7 +139,7 @@ pub(super) fn apply_units(
     core.index_call("commit", || {
         txn.into_inner().commit().map_err(core.failing("commit"))
     })?;
-    bump(&core.counters.values_kept_in_journal, kept);
+    core.counters.values_kept_in_journal.add(kept);
     Ok(Applied {
         live_now,
         segments_started: units

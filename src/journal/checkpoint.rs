@@ -21,7 +21,7 @@ use super::format::{
     SEGMENT_ENDS,
 };
 use super::manifest::{sync_runs, unlink_doomed_runs};
-use super::options::{Applier, JournalOptions, bump};
+use super::options::{Applier, JournalOptions};
 use super::segments::{TrimPlan, punch_dead_space, unlink_doomed};
 use super::state::{Core, State};
 use crate::error::Result;
@@ -132,7 +132,7 @@ pub(super) fn checkpoint(core: &Core, turn: &ApplyTurn<'_>) -> Result<()> {
             .commit()
             .map_err(core.failing("checkpoint commit"))
     })?;
-    bump(&core.counters.checkpoints, 1);
+    core.counters.checkpoints.add(1);
     let punch = {
         let mut st = core.lock_state();
         st.manifest.listed_durably(synced_runs);

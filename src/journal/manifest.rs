@@ -22,7 +22,6 @@ use bytes::Bytes;
 
 use super::applier::ApplyTurn;
 use super::format::{VALUE_INLINE, ValueAt, runs_dir};
-use super::options::bump;
 use super::run::{Run, RunWriter, run_file_name};
 use super::state::{Core, ENGINE_NAME};
 use crate::error::{Error, Result};
@@ -277,13 +276,13 @@ pub(super) fn write_run_as(
         .open_file(&path, OpenMode::Existing)
         .map_err(core.failing_io("open run", &path))?;
     let run = Run::open(file, keyspace, id).map_err(|e| core.fail(e))?;
-    bump(&core.counters.runs_written, 1);
+    core.counters.runs_written.add(1);
     assert_eq!(
         run.file_bytes(),
         meta.bytes,
         "invariant: the run opened is the run written"
     );
-    bump(&core.counters.run_bytes_written, run.file_bytes());
+    core.counters.run_bytes_written.add(run.file_bytes());
     Ok((Arc::new(run), pointers))
 }
 
@@ -306,7 +305,7 @@ pub(super) fn sync_runs(core: &Core, _turn: &ApplyTurn<'_>) -> Result<usize> {
         core.step.point();
         run.sync_data()
             .map_err(core.failing_io("fsync run", &path))?;
-        bump(&core.counters.run_sync_data_calls, 1);
+        core.counters.run_sync_data_calls.add(1);
         dirs.insert(name.as_str());
     }
     for name in dirs {
@@ -316,7 +315,7 @@ pub(super) fn sync_runs(core: &Core, _turn: &ApplyTurn<'_>) -> Result<usize> {
         core.fs
             .sync_dir(&kdir)
             .map_err(core.failing_io("fsync directory", &kdir))?;
-        bump(&core.counters.dir_sync_calls, 1);
+        core.counters.dir_sync_calls.add(1);
     }
     Ok(unsynced.len())
 }
@@ -333,7 +332,7 @@ pub(super) fn unlink_doomed_runs(core: &Core, _turn: &ApplyTurn<'_>) -> Result<(
         let path = runs_dir(&core.dir, &name).join(run_file_name(run.id()));
         core.step.point();
         match core.fs.remove_file(&path) {
-            Ok(()) => bump(&core.counters.runs_deleted, 1),
+            Ok(()) => core.counters.runs_deleted.add(1),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(core.fail(Error::io(ENGINE_NAME, "remove run", &path, e))),
         }

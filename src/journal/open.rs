@@ -42,7 +42,7 @@ use super::index::{IndexLayout, KeyspaceInIndex, LayoutFound, create_checked_lay
 use super::limits::MERGER_NICE_INCREMENT_MAX;
 use super::manifest::{Manifest, RunList};
 use super::merger::{Merger, MergerState};
-use super::options::{Counters, JournalOptions, bump};
+use super::options::{Counters, JournalOptions};
 use super::overlay::UnitOps;
 use super::recovery::{self, Recorded, Scan};
 use super::run::{Run, run_file_name};
@@ -399,7 +399,7 @@ fn make_replayed_durable(
         fs.open_file(&path, OpenMode::Existing)
             .and_then(|f| f.sync_data())
             .map_err(io_err("fsync segment", &path))?;
-        bump(&counters.journal_sync_data_calls, 1);
+        counters.journal_sync_data_calls.add(1);
     }
     if let Some(last) = &scan.last {
         let path = dir.join(segment_file_name(last.index));
@@ -424,7 +424,7 @@ fn make_replayed_durable(
         // Crash: without it, a cut after this open's checkpoint loses the replayed units
         // the checkpoint covers (the next open refuses the journal as cut short).
         f.sync_data().map_err(io_err("fsync segment", &path))?;
-        bump(&counters.journal_sync_data_calls, 1);
+        counters.journal_sync_data_calls.add(1);
         at.file = Some(f);
         at.offset = last.valid_len;
         at.prepared_end = if last.zero_tail {
@@ -468,7 +468,7 @@ fn remove_leftovers(
     // A spare left by a crash may be partly zeroed: prepared again when needed. Not the
     // one this open prepared.
     if spare_prepared {
-        bump(&counters.segments_prepared, 1);
+        counters.segments_prepared.add(1);
     } else {
         let spare = dir.join(SPARE_SEGMENT_FILE);
         remove_if_there(fs, &spare, "remove spare segment")?;

@@ -6,7 +6,6 @@
 //! Invariant: imports no other part of the engine but its limits.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::limits::{
@@ -260,63 +259,70 @@ impl JournalOptions {
     }
 }
 
-/// The engine's I/O and work counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct JournalCounts {
-    /// `sync_data` calls on segment files (one per synced unit, plus one per roll of a
-    /// segment holding unsynced units, plus recovery's).
-    pub journal_sync_data_calls: u64,
-    /// Directory fsyncs (one per segment created).
-    pub dir_sync_calls: u64,
-    /// Units appended.
-    pub units_written: u64,
-    /// Bytes appended to segments.
-    pub journal_bytes_written: u64,
-    /// Durable redb commits (checkpoints).
-    pub checkpoints: u64,
-    /// Apply steps: the applier's redb transactions, each holding every durable unit not
-    /// yet applied when it began (`units_written / apply_steps` is the units per step).
-    pub apply_steps: u64,
-    /// Of those, the steps begun while their unit was still being written and synced
-    /// ([`JournalOptions::apply_while_syncing_bytes_min`]).
-    pub steps_begun_while_syncing: u64,
-    /// Segments deleted by trims.
-    pub segments_deleted: u64,
-    /// Times a writer found the unapplied units over `overlay_bytes_max` and waited (or, with
-    /// unsynced units in the way, synced them; inline, applied them).
-    pub overlay_waits: u64,
-    /// The most bytes the unapplied units held at once (after a unit entered the overlay).
-    pub overlay_bytes_peak: u64,
-    /// Spare segments prepared (zeros written and synced; ADR 0008, "Prepared segments").
-    pub segments_prepared: u64,
-    /// Values applied as pointers into the journal rather than copied to the index
-    /// (ADR 0013).
-    pub values_kept_in_journal: u64,
-    /// Values read back from segments.
-    pub values_read_from_journal: u64,
-    /// Times a checkpoint kept a segment it no longer needed for replay because the index
-    /// still points at values in it.
-    pub segments_kept_for_values: u64,
-    /// Bytes of held segments given back to the file system around the kept values
-    /// (`FsFile::punch_hole`; ADR 0013).
-    pub bytes_punched: u64,
-    /// Run files written (keyspaces indexed by runs; ADR 0014): by apply steps and by
-    /// merges, a merge that a stop cancelled included (its file is deleted at once;
-    /// [`JournalCounts::run_merges`] counts only the merges listed).
-    pub runs_written: u64,
-    /// Their bytes.
-    pub run_bytes_written: u64,
-    /// `sync_data` calls on run files (one per run, by the checkpoint that lists it).
-    pub run_sync_data_calls: u64,
-    /// Merges of runs listed (each writes one run from several; ADR 0014).
-    pub run_merges: u64,
-    /// Of those, the merges listed behind a run an apply step wrote while the merge was
-    /// being written (the merger thread; ADR 0014, "Merges on their own thread").
-    pub merges_behind_newer_runs: u64,
-    /// Run files unlinked after a checkpoint no longer listed them.
-    pub runs_deleted: u64,
-    /// The index file's own I/O (redb's).
-    pub index: BackendCounts,
+crate::counts::counts! {
+    /// The engine's counts as it keeps them: one counter per [`JournalCounts`] field but the
+    /// index's own, which its [`BackendCounters`](crate::db::BackendCounters) keep.
+    pub(super) struct Counters =>
+    /// The engine's I/O and work counts
+    /// ([`JournalEngine::counts`](super::JournalEngine::counts)).
+    pub struct JournalCounts {
+        /// `sync_data` calls on segment files (one per synced unit, plus one per roll of a
+        /// segment holding unsynced units, plus recovery's).
+        journal_sync_data_calls: count,
+        /// Directory fsyncs (one per segment created).
+        dir_sync_calls: count,
+        /// Units appended.
+        units_written: count,
+        /// Bytes appended to segments.
+        journal_bytes_written: count,
+        /// Durable redb commits (checkpoints).
+        checkpoints: count,
+        /// Apply steps: the applier's redb transactions, each holding every durable unit not
+        /// yet applied when it began (`units_written / apply_steps` is the units per step).
+        apply_steps: count,
+        /// Of those, the steps begun while their unit was still being written and synced
+        /// ([`JournalOptions::apply_while_syncing_bytes_min`]).
+        steps_begun_while_syncing: count,
+        /// Segments deleted by trims.
+        segments_deleted: count,
+        /// Times a writer found the unapplied units over `overlay_bytes_max` and waited (or, with
+        /// unsynced units in the way, synced them; inline, applied them).
+        overlay_waits: count,
+        /// The most bytes the unapplied units held at once (after a unit entered the overlay).
+        overlay_bytes_peak: peak,
+        /// Spare segments prepared (zeros written and synced; ADR 0008, "Prepared segments").
+        segments_prepared: count,
+        /// Values applied as pointers into the journal rather than copied to the index
+        /// (ADR 0013).
+        values_kept_in_journal: count,
+        /// Values read back from segments.
+        values_read_from_journal: count,
+        /// Times a checkpoint kept a segment it no longer needed for replay because the index
+        /// still points at values in it.
+        segments_kept_for_values: count,
+        /// Bytes of held segments given back to the file system around the kept values
+        /// (`FsFile::punch_hole`; ADR 0013).
+        bytes_punched: count,
+        /// Run files written (keyspaces indexed by runs; ADR 0014): by apply steps and by
+        /// merges, a merge that a stop cancelled included (its file is deleted at once;
+        /// [`JournalCounts::run_merges`] counts only the merges listed).
+        runs_written: count,
+        /// Their bytes.
+        run_bytes_written: count,
+        /// `sync_data` calls on run files (one per run, by the checkpoint that lists it).
+        run_sync_data_calls: count,
+        /// Merges of runs listed (each writes one run from several; ADR 0014).
+        run_merges: count,
+        /// Of those, the merges listed behind a run an apply step wrote while the merge was
+        /// being written (the merger thread; ADR 0014, "Merges on their own thread").
+        merges_behind_newer_runs: count,
+        /// Run files unlinked after a checkpoint no longer listed them.
+        runs_deleted: count,
+    }
+    with {
+        /// The index file's own I/O (redb's).
+        index: BackendCounts,
+    }
 }
 
 /// What one keyspace's applied entries occupy ([`JournalUsage::keyspaces`]).
@@ -352,67 +358,4 @@ pub struct JournalUsage {
     pub run_file_bytes: u64,
     /// Per keyspace, by name.
     pub keyspaces: BTreeMap<String, KeyspaceUsage>,
-}
-
-/// The engine's counts as it keeps them: one atomic per [`JournalCounts`] field but the
-/// index's own (relaxed: each is a count, ordered with nothing).
-#[derive(Debug, Default)]
-pub(super) struct Counters {
-    pub(super) journal_sync_data_calls: AtomicU64,
-    pub(super) dir_sync_calls: AtomicU64,
-    pub(super) units_written: AtomicU64,
-    pub(super) journal_bytes_written: AtomicU64,
-    pub(super) checkpoints: AtomicU64,
-    pub(super) apply_steps: AtomicU64,
-    pub(super) steps_begun_while_syncing: AtomicU64,
-    pub(super) segments_deleted: AtomicU64,
-    pub(super) overlay_waits: AtomicU64,
-    pub(super) overlay_bytes_peak: AtomicU64,
-    pub(super) segments_prepared: AtomicU64,
-    pub(super) values_kept_in_journal: AtomicU64,
-    pub(super) values_read_from_journal: AtomicU64,
-    pub(super) segments_kept_for_values: AtomicU64,
-    pub(super) bytes_punched: AtomicU64,
-    pub(super) runs_written: AtomicU64,
-    pub(super) run_bytes_written: AtomicU64,
-    pub(super) run_sync_data_calls: AtomicU64,
-    pub(super) run_merges: AtomicU64,
-    pub(super) merges_behind_newer_runs: AtomicU64,
-    pub(super) runs_deleted: AtomicU64,
-}
-
-/// Adds `n` to the count `c`.
-pub(super) fn bump(c: &AtomicU64, n: u64) {
-    c.fetch_add(n, Ordering::Relaxed);
-}
-
-impl Counters {
-    /// The counts so far, with the index's own I/O counts `index`.
-    pub(super) fn snapshot(&self, index: BackendCounts) -> JournalCounts {
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        JournalCounts {
-            journal_sync_data_calls: get(&self.journal_sync_data_calls),
-            dir_sync_calls: get(&self.dir_sync_calls),
-            units_written: get(&self.units_written),
-            journal_bytes_written: get(&self.journal_bytes_written),
-            checkpoints: get(&self.checkpoints),
-            apply_steps: get(&self.apply_steps),
-            steps_begun_while_syncing: get(&self.steps_begun_while_syncing),
-            segments_deleted: get(&self.segments_deleted),
-            overlay_waits: get(&self.overlay_waits),
-            overlay_bytes_peak: get(&self.overlay_bytes_peak),
-            segments_prepared: get(&self.segments_prepared),
-            values_kept_in_journal: get(&self.values_kept_in_journal),
-            values_read_from_journal: get(&self.values_read_from_journal),
-            segments_kept_for_values: get(&self.segments_kept_for_values),
-            bytes_punched: get(&self.bytes_punched),
-            runs_written: get(&self.runs_written),
-            run_bytes_written: get(&self.run_bytes_written),
-            run_sync_data_calls: get(&self.run_sync_data_calls),
-            run_merges: get(&self.run_merges),
-            merges_behind_newer_runs: get(&self.merges_behind_newer_runs),
-            runs_deleted: get(&self.runs_deleted),
-            index,
-        }
-    }
 }

@@ -21,7 +21,6 @@ use redb::{ReadableDatabase, TableDefinition, TableError};
 
 use super::format::{VALUE_INLINE, ValueAt, table_name};
 use super::manifest::RunList;
-use super::options::bump;
 use super::overlay::Overlay;
 use super::run::{Lookup, MergedRuns, Run};
 use super::segments::unlink_doomed;
@@ -166,7 +165,7 @@ fn stored_value(core: &Core, db: &str, key: &[u8], stored: &[u8]) -> Result<Byte
             computed,
         }));
     }
-    bump(&core.counters.values_read_from_journal, 1);
+    core.counters.values_read_from_journal.add(1);
     Ok(Bytes::from(value))
 }
 

@@ -23,7 +23,7 @@ use std::path::Path;
 
 use super::format::SPARE_SEGMENT_FILE;
 use super::limits::{PUNCH_BLOCK_BYTES, SMALL_SYNCED_UNITS_BEFORE_EARLY_ROLL, ZERO_CHUNK_BYTES};
-use super::options::{Applier, Counters, bump};
+use super::options::{Applier, Counters};
 use super::state::{Core, ENGINE_NAME};
 use super::unit::{self, Sections};
 use crate::error::{Error, Result};
@@ -111,7 +111,7 @@ impl Writer {
         if let Some(f) = &self.file {
             f.sync_data()
                 .map_err(core.failing_io("fsync segment", &path))?;
-            bump(&core.counters.journal_sync_data_calls, 1);
+            core.counters.journal_sync_data_calls.add(1);
         }
         self.synced_through = self.written_through;
         let mut st = core.lock_state();
@@ -257,7 +257,7 @@ impl SegmentMap {
             .filter(|i| !self.live.contains_key(i))
             .collect();
         let kept = self.held.len() - done.len();
-        bump(&counters.segments_kept_for_values, kept as u64);
+        counters.segments_kept_for_values.add(kept as u64);
         // A segment newly held gives back the space its kept values do not use.
         let newly_held: Vec<u64> = below
             .into_iter()
@@ -454,8 +454,8 @@ impl Segments {
         let at = w.offset;
         w.offset += len;
         w.written_through = seq;
-        bump(&core.counters.units_written, 1);
-        bump(&core.counters.journal_bytes_written, len);
+        core.counters.units_written.add(1);
+        core.counters.journal_bytes_written.add(len);
         Ok(at)
     }
 
@@ -505,7 +505,7 @@ impl Segments {
         core.fs
             .sync_dir(&core.dir)
             .map_err(core.failing_io("fsync directory", &core.dir))?;
-        bump(&core.counters.dir_sync_calls, 1);
+        core.counters.dir_sync_calls.add(1);
         core.lock_state().segments.rolled(index, seq);
         w.file = Some(f);
         w.segment = index;
@@ -548,7 +548,7 @@ fn prepare_spare(core: &Core) -> Result<()> {
         Err(SpareError::Poisoned(e)) => return Err(e),
         Err(SpareError::Io(op, e)) => return Err(core.failing_io(op, &path)(e)),
     }
-    bump(&core.counters.segments_prepared, 1);
+    core.counters.segments_prepared.add(1);
     Ok(())
 }
 
@@ -616,7 +616,7 @@ pub(super) fn punch_dead_space(
                 .punch_hole(start, end - start)
                 .map_err(fail("punch segment"))?
         {
-            bump(&core.counters.bytes_punched, end - start);
+            core.counters.bytes_punched.add(end - start);
         }
         Ok(())
     };
@@ -642,7 +642,7 @@ pub(super) fn unlink_doomed(core: &Core) -> Result<()> {
         let path = core.segment_path(index);
         core.step.point();
         match core.fs.remove_file(&path) {
-            Ok(()) => bump(&core.counters.segments_deleted, 1),
+            Ok(()) => core.counters.segments_deleted.add(1),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
                 return Err(core.fail(Error::io(ENGINE_NAME, "remove segment", &path, e)));

@@ -39,7 +39,7 @@ impl<C: Chain> Node<C> {
         );
         // The app first: its `Err` leaves whether it holds unknown, so it poisons the node
         // before the node's own databases hold anything (a later `commit_block` must never
-        // land in an overlay). The node calls `App::hold` once per block sync.
+        // land in a window). The node calls `App::hold` once per block sync.
         // Consensus units keep every database holding between blocks (nothing held then):
         // block sync takes them over as they are.
         if !self.app_share.joins_unit() {
@@ -271,7 +271,7 @@ impl<C: Chain> Node<C> {
         debug_assert_eq!(
             [self.block_db.held_bytes(), self.state_db.held_bytes()],
             [0, 0],
-            "invariant: the node's overlays are empty after a flush point"
+            "invariant: the node's open windows are empty after a flush point"
         );
         // `write_held` returned `Ok`: the app says it is durable at `to` with nothing held.
         // The window's events fire only if it is.

@@ -10,6 +10,9 @@
 //! flight), `reads.rs` (read views); `deferred.rs` (the flush policy), `handshake.rs` (the
 //! classifier), `events.rs` and `flush_thread.rs`.
 //!
+//! A *window* is the writes of blocks F+1..F′ held until flush point F′; the words for its
+//! states (open, frozen, in flight, held, unit) are defined once in [`crate::holding`].
+//!
 //! Invariant: only a window's write (`WritePath::write_window`) and the handshake's repair
 //! write to more than one database, and both write in the order block store → state → app,
 //! each step starting after the previous one's sync returned `Ok` — or, when the databases

@@ -290,7 +290,7 @@ impl<B: ChainBlock> BlockStore<B> {
     }
 
     /// Writes the flush record {from, to} (one `Synced` write; when the database holds
-    /// writes, it joins the held batch of the flush point).
+    /// writes, it joins the window the flush point writes).
     pub fn save_flush_record(&self, record: &FlushRecord) -> Result<()> {
         let _w = self.write_lock.lock().expect("write lock");
         self.poison.check(self.name())?;

@@ -47,17 +47,14 @@ pub const SEED_ENV: &str = "FLUSHPOINT_SEED";
 /// suite passes a default of its own to [`seed`]).
 pub const SEED_DEFAULT: u64 = 0x005e_edf1;
 
-/// splitmix64: small, seedable, good enough for test data; the tests' one generator.
+/// The tests' one generator: the library's splitmix64 stream
+/// (`flushpoint::testing::splitmix64_next`) over a seed, with the helpers tests use.
 #[derive(Debug, Clone)]
 pub struct Rng(pub u64);
 
 impl Rng {
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        flushpoint::testing::splitmix64_next(&mut self.0)
     }
     /// A value in `0..n`.
     pub fn below(&mut self, n: u64) -> u64 {

@@ -512,7 +512,7 @@ fn app_oracle(spec: &ChainSpec, tip: u64, sample: &[Bytes]) -> HashMap<Bytes, Op
 }
 
 fn rng(seed: &mut u64) -> u64 {
-    *seed = crate::shape::splitmix(*seed);
+    *seed = flushpoint::testing::splitmix64(*seed);
     *seed
 }
 

@@ -15,6 +15,7 @@
 //! Invariant: a peer block is a pure function of the shape and `h`: the same run writes the
 //! same bytes every round.
 
+use flushpoint::testing::splitmix64;
 use serde::{Deserialize, Serialize};
 
 /// Which of the three stores a record goes to.
@@ -94,20 +95,12 @@ const APP_KEY_SPACE: u64 = 1 << 20;
 /// Size of the value pool (values are slices of it).
 pub const POOL_BYTES: usize = 32 << 20;
 
-/// splitmix64: the deterministic generator of keys, pool offsets and the pool.
-pub fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
 /// The value pool: `POOL_BYTES` pseudo-random bytes.
 pub fn pool() -> Vec<u8> {
     let mut v = Vec::with_capacity(POOL_BYTES);
     let mut x = 0x5eed_u64;
     while v.len() < POOL_BYTES {
-        x = splitmix(x);
+        x = splitmix64(x);
         v.extend_from_slice(&x.to_le_bytes());
     }
     v
@@ -229,7 +222,7 @@ impl Shape {
             .iter()
             .enumerate()
             .map(|(i, o)| {
-                let r = splitmix(h.wrapping_mul(0x1_0000) ^ i as u64);
+                let r = splitmix64(h.wrapping_mul(0x1_0000) ^ i as u64);
                 let key = match &o.kind {
                     KeyKind::Fixed(k) => k.clone(),
                     KeyKind::Seq => {
@@ -243,7 +236,7 @@ impl Shape {
                         let mut k = Vec::with_capacity(o.key_len as usize + 8);
                         let mut x = r % APP_KEY_SPACE;
                         while k.len() < o.key_len as usize {
-                            x = splitmix(x);
+                            x = splitmix64(x);
                             k.extend_from_slice(&x.to_be_bytes());
                         }
                         k.truncate(o.key_len as usize);
@@ -252,7 +245,7 @@ impl Shape {
                 };
                 let value = (!o.delete).then(|| {
                     let len = o.value_len as usize;
-                    let off = (splitmix(r) as usize) % (pool.len() - len);
+                    let off = (splitmix64(r) as usize) % (pool.len() - len);
                     &pool[off..off + len]
                 });
                 PeerOp {

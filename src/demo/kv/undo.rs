@@ -109,7 +109,7 @@ impl UndoOwed {
     /// was before the window (the frozen window in flight, then the disk) — read here, once
     /// for all of them.
     ///
-    /// Crash: none on its own — the records join the open overlay, and the flush point
+    /// Crash: none on its own — the records join the open window, and the flush point
     /// writes them in the same synced batch as the commits they undo.
     pub(super) fn write<D: Db>(&mut self, db: &HoldingDb<D>) -> Result<()> {
         if self.0.is_empty() {
@@ -301,7 +301,7 @@ mod tests {
 
     /// Commits blocks 1..=n, returning the snapshot after each height (index = height).
     /// Blocks 4..=9 are held (as in block sync) and written at flush points after 6 and 9,
-    /// so undo records go through the overlay too.
+    /// so undo records go through a window too.
     fn committed(n: u64) -> (KvApp<MemoryDb>, Vec<Snapshot>) {
         let mut app = KvApp::open(Arc::new(HoldingDb::new(MemoryDb::new("app")))).unwrap();
         let mut snaps = vec![snapshot(&app)];

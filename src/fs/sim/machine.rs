@@ -7,6 +7,7 @@ use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
 use super::{FileFate, SECTOR_BYTES, SimFault, SimOp, SimStats};
+use crate::rng::splitmix64_next;
 
 type IoResult<T> = std::io::Result<T>;
 
@@ -143,15 +144,6 @@ pub(super) fn write_into(img: &mut Vec<u8>, off: u64, data: &[u8]) {
     img[off as usize..end].copy_from_slice(data);
 }
 
-/// splitmix64, for torn-write fates.
-pub(super) fn splitmix(x: &mut u64) -> u64 {
-    *x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *x;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// `path` as an absolute path without `.`/`..`, split into parent and name.
 pub(super) fn split(path: &Path) -> IoResult<(PathBuf, OsString)> {
     let norm = normalize(path)?;
@@ -196,7 +188,7 @@ impl Inode {
             let f = match fate {
                 FileFate::DropAll => 0,
                 FileFate::KeepAll => 1,
-                FileFate::Random(_) => splitmix(&mut seed) % 3,
+                FileFate::Random(_) => splitmix64_next(&mut seed) % 3,
             };
             match (op, f) {
                 (_, 0) => {}
@@ -208,7 +200,7 @@ impl Inode {
                         SECTOR_BYTES
                     };
                     for (i, chunk) in data.chunks(unit).enumerate() {
-                        if splitmix(&mut seed) % 2 == 1 {
+                        if splitmix64_next(&mut seed) % 2 == 1 {
                             write_into(&mut img, off + (i * unit) as u64, chunk);
                         }
                     }

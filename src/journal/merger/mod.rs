@@ -28,7 +28,6 @@ use super::engine::{Shared, spawn_poisoning_on_panic};
 use super::format::{RUN_LEVEL, RUN_VALUES, RUNS, runs_dir};
 use super::limits::{MERGE_STOP_CHECK_OPS, RUN_MERGE_RATIO, RUNS_MAX};
 use super::manifest::{RunList, RunPointers, RunValue, write_run_as};
-use super::options::bump;
 use super::run::{MergedRuns, Run, run_file_name};
 use super::state::{Core, ENGINE_NAME};
 use super::unit::UnitOp;
@@ -377,9 +376,9 @@ fn install_merge(core: &Core, _turn: &ApplyTurn<'_>, merge: WrittenMerge) -> Res
     core.index_call("commit", || {
         txn.into_inner().commit().map_err(core.failing("commit"))
     })?;
-    bump(&core.counters.run_merges, 1);
+    core.counters.run_merges.add(1);
     if newer > 0 {
-        bump(&core.counters.merges_behind_newer_runs, 1);
+        core.counters.merges_behind_newer_runs.add(1);
     }
     let mut st = core.lock_state();
     st.segments.note_live(live_now);

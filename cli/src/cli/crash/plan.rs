@@ -4,6 +4,8 @@
 //! restart, a kill inside a flush point), never on the clock, so a seed replays the same
 //! plans.
 
+use flushpoint::testing::splitmix64_next;
+
 /// The markers a kill inside a flush point lands at: before and after each database's
 /// synced write.
 const FLUSH_MARKERS: [&str; 6] = [
@@ -38,16 +40,12 @@ const FLUSH_KILL_NTH_MAX: u64 = 4;
 /// A kill at a repair write lands at one of the repair's first this many writes.
 const REPAIR_KILL_NTH_MAX: u64 = 2;
 
-/// The plans' random numbers: splitmix64 over the seed.
+/// The plans' random numbers: the library's splitmix64 stream over the seed.
 struct Rng(u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut x = self.0;
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        x ^ (x >> 31)
+        splitmix64_next(&mut self.0)
     }
     fn below(&mut self, n: u64) -> u64 {
         if n == 0 { 0 } else { self.next() % n }
