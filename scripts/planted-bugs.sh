@@ -15,7 +15,8 @@
 #                                        `caught` or `NOT caught` per bug, exits 1 if any is not.
 #   scripts/planted-bugs.sh --control    the negative control: a patch that adds one comment line
 #                                        run as if it planted `CONTROL_BUG` below; exits 0 only
-#                                        when it is reported NOT caught (the run can fail).
+#                                        when it applied, built, ran and was reported NOT caught
+#                                        (the run can fail). Its output: target/planted/control.log.
 #
 # A bug counts as caught when every test expecting it passes, that is, panics with its expected
 # message (an abort or any other failure of such a test is NOT caught). The target's other tests
@@ -101,14 +102,15 @@ check() {
   echo "planted-bugs --check: $n patches apply; the tests, the patches and Cargo.toml name the same $n bugs"
 }
 
-# Runs bug $1 planted by patch file $2; prints one line; returns 0 when caught.
+# Runs bug $1 planted by patch file $2, logging to $3; prints one line. Returns 0 when the bug
+# is caught, 1 when a test expecting it does not catch it, 2 when it could not be run (no
+# expecting test, the patch does not apply, the build failed).
 run_one() {
-  local bug=$1 patch=$2 target log tree bin t rc started tests=() caught=() missed=()
+  local bug=$1 patch=$2 log=$3 target tree bin t rc started tests=() caught=() missed=()
   target=$(caught_by "$patch")
-  [ -n "$target" ] || { echo "NOT caught  $bug: no Caught-by line in $patch"; return 1; }
+  [ -n "$target" ] || { echo "NOT caught  $bug: no Caught-by line in $patch"; return 2; }
   mapfile -t tests < <(expecting_tests "$target" "$bug")
-  [ "${#tests[@]}" -gt 0 ] || { echo "NOT caught  $bug: no test in tests/$target.rs expects it"; return 1; }
-  log=$work/$bug.log
+  [ "${#tests[@]}" -gt 0 ] || { echo "NOT caught  $bug: no test in tests/$target.rs expects it"; return 2; }
   tree=$work/tree
   started=$(date +%s)
   rm -rf "$tree"
@@ -118,7 +120,7 @@ run_one() {
     | tar --null --ignore-failed-read -cf - -T - 2>/dev/null | tar -xf - -C "$tree"
   # Outside any repository (the copy sits under this one's target/): paths are the copy's.
   if ! (cd "$tree" && GIT_CEILING_DIRECTORIES=$work git apply "$patch") >"$log" 2>&1; then
-    echo "NOT caught  $bug: the patch does not apply (see $log)"; return 1
+    echo "NOT caught  $bug: the patch does not apply (see $log)"; return 2
   fi
   echo "building tests/$target.rs with $bug planted (log: $log)"
   if ! bin=$(cd "$tree" && env -u CARGO_ENCODED_RUSTFLAGS RUSTFLAGS="--cfg loom" \
@@ -126,7 +128,7 @@ run_one() {
       --message-format=json-render-diagnostics -- --cfg "$bug" 2>>"$log" \
       | grep '"reason":"compiler-artifact"' | grep "\"name\":\"$target\"" \
       | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1) || [ -z "$bin" ]; then
-    echo "NOT caught  $bug: the build failed (see $log)"; return 1
+    echo "NOT caught  $bug: the build failed (see $log)"; return 2
   fi
   for t in "${tests[@]}"; do
     rc=0
@@ -152,9 +154,8 @@ run_one() {
 }
 
 control() {
-  local patch=$work/control.patch line
+  local patch=$work/control.patch rc=0
   mkdir -p "$work"
-  line=$(head -n 1 src/lib.rs)
   {
     echo "Caught-by: $(caught_by "$planted/$CONTROL_BUG.patch")"
     echo "Bug: none (the negative control: one comment line added to src/lib.rs)."
@@ -162,15 +163,18 @@ control() {
     echo "diff --git a/src/lib.rs b/src/lib.rs"
     echo "--- a/src/lib.rs"
     echo "+++ b/src/lib.rs"
-    echo "@@ -1 +1,2 @@"
-    echo " $line"
+    echo "@@ -1,2 +1,3 @@"
+    sed -n '1p' src/lib.rs | sed 's/^/ /'
     echo "+// The planted-bugs negative control: no bug."
+    sed -n '2p' src/lib.rs | sed 's/^/ /'
   } >"$patch"
-  if run_one "$CONTROL_BUG" "$patch"; then
-    echo "planted-bugs --control: a harmless patch was reported caught: the run cannot fail"
-    exit 1
-  fi
-  echo "planted-bugs --control: a harmless patch is reported NOT caught, as it must be"
+  run_one "$CONTROL_BUG" "$patch" "$work/control.log" || rc=$?
+  case $rc in
+    0) echo "planted-bugs --control: a harmless patch was reported caught: the run cannot fail"
+       exit 1 ;;
+    1) echo "planted-bugs --control: a harmless patch is reported NOT caught, as it must be" ;;
+    *) echo "planted-bugs --control: the control did not run (see $work/control.log)"; exit 1 ;;
+  esac
 }
 
 [ $# -gt 0 ] || die "usage: $0 --check | --control | --all | NAME..."
@@ -190,7 +194,7 @@ for a in "$@"; do
 done
 failed=0
 for bug in "${bugs[@]}"; do
-  run_one "$bug" "$root/$planted/$bug.patch" || failed=$((failed + 1))
+  run_one "$bug" "$root/$planted/$bug.patch" "$work/$bug.log" || failed=$((failed + 1))
 done
 echo "planted-bugs: $((${#bugs[@]} - failed)) of ${#bugs[@]} caught"
 [ "$failed" -eq 0 ]
