@@ -26,9 +26,10 @@
 //!   applied;
 //! * after stop, every block applied is durable and its event fired.
 //!
-//! Planted bugs, in crate code (`src/node/block_sync.rs`, `src/node/consensus.rs`), each
-//! compiled in by its own cfg; with it, this test expects loom to report the failure
-//! (`should_panic` with the oracle's message):
+//! Planted bugs in `src/node/block_sync.rs` and `src/node/consensus.rs`, each a patch
+//! `tests/planted/<bug>.patch` applied with `--cfg <bug>` set (`scripts/planted-bugs.sh`);
+//! with it, this test expects loom to report the failure (`should_panic` with the oracle's
+//! message):
 //! * `loom_bug_events_before_write`: `flush_point` fires the window's events before writing;
 //! * `loom_bug_stale_flush_decision`: the timer's flush point leaves F stale, so the next
 //!   decision and window start from a height already flushed;
@@ -37,8 +38,8 @@
 //!
 //! Run (prints the interleavings explored):
 //! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release --test
-//! loom_flush -- --nocapture`; a planted bug: add `--cfg loom_bug_<name>` to `RUSTFLAGS`
-//! (and use another `CARGO_TARGET_DIR`).
+//! loom_flush -- --nocapture`; a planted bug: `scripts/planted-bugs.sh loom_bug_<name>` (it
+//! applies the patch to a copy of the tree).
 #![cfg(loom)]
 
 use std::sync::Arc;

@@ -45,9 +45,9 @@
 //! some in two.
 //!
 //! Planted bugs in `src/journal/` (`segments.rs`, `reads.rs`, `applier.rs`, `manifest.rs`,
-//! `merger/`, and one in `overlay.rs`), each
-//! compiled in by its own cfg; with it, the tests expect loom to report a failure
-//! (`should_panic`):
+//! `merger/`, and one in `overlay.rs`), each a patch `tests/planted/<bug>.patch` applied with
+//! `--cfg <bug>` set (`scripts/planted-bugs.sh`); with it, the tests expect loom to report a
+//! failure (`should_panic`):
 //! * `loom_bug_unlink_ignores_pins`: the trim unlinks a doomed segment under a reader;
 //! * `loom_bug_pin_after_snapshot`: a reader pins its trim epoch after letting go of the
 //!   lock its snapshot was taken under;
@@ -87,9 +87,9 @@
 //!
 //! Run (prints the interleavings explored; `FLUSHPOINT_FULL=1` raises the preemption
 //! bound from 2 to 3):
-//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom-journal cargo test --release
-//! --test loom_journal -- --nocapture --test-threads 1`; a planted bug: add
-//! `--cfg loom_bug_<name>` to `RUSTFLAGS` (and use another `CARGO_TARGET_DIR`).
+//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release
+//! --test loom_journal -- --nocapture --test-threads 1`; a planted bug:
+//! `scripts/planted-bugs.sh loom_bug_<name>` (it applies the patch to a copy of the tree).
 #![cfg(loom)]
 
 use std::path::Path;

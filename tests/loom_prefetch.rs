@@ -22,17 +22,18 @@
 //!   and shutting the pool down with the session alive does not deadlock (loom reports a
 //!   deadlock as a failure). Exhaustive: 99,475 interleavings.
 //!
-//! Planted bugs, each compiled in by its own cfg; with it, the first test expects loom to
-//! find a stale read (`should_panic`):
+//! Planted bugs, each a patch `tests/planted/<bug>.patch` applied with `--cfg <bug>` set
+//! (`scripts/planted-bugs.sh`); with it, the first test expects loom to find a stale read
+//! (`should_panic`):
 //! * `loom_bug_bump_before_apply` (`src/holding/mod.rs`): a write bumps its keys'
 //!   generations before it is applied;
 //! * `loom_bug_generation_after_read` (`src/prefetch/mod.rs`): the worker loads the
 //!   generation after its read instead of before.
 //!
 //! Run (prints the interleavings explored):
-//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom-prefetch cargo test --release
-//! --test loom_prefetch -- --nocapture`; a planted bug: add `--cfg loom_bug_<name>`
-//! (and use another `CARGO_TARGET_DIR`).
+//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release
+//! --test loom_prefetch -- --nocapture`; a planted bug: `scripts/planted-bugs.sh
+//! loom_bug_<name>` (it applies the patch to a copy of the tree).
 #![cfg(loom)]
 
 use std::sync::Arc;

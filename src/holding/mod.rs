@@ -187,8 +187,6 @@ impl<D: Db> Db for HoldingDb<D> {
     fn write(&self, batch: &Batch, durability: Durability) -> Result<()> {
         let _w = self.write_lock.lock().expect("write lock");
         self.poison.check(self.inner.name())?;
-        #[cfg(loom_bug_bump_before_apply)]
-        self.generations.bump(batch.ops());
         let held = self.windows.apply(batch, self.inner.name());
         let written = if held {
             Ok(())
@@ -200,7 +198,6 @@ impl<D: Db> Db for HoldingDb<D> {
         // prefetch read could load the new generation, then read the old value, and keep it
         // as current (`tests/node/prefetch_never_stale.rs`, `tests/loom_prefetch.rs`). Bumped on
         // `Err` too: the batch may be on disk, and nothing retained may outlive that doubt.
-        #[cfg(not(loom_bug_bump_before_apply))]
         self.generations.bump(batch.ops());
         if let Err(e) = written {
             self.poison.set(&e);

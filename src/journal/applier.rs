@@ -194,9 +194,9 @@ impl Queue {
         }
     }
 
-    /// `units` are applied (their index commit returned): they leave the queue, and the
-    /// overlay unless `left_early`; returns their bytes.
-    fn pop_applied(&mut self, units: &[Pending], left_early: bool) -> u64 {
+    /// `units` are applied (their index commit returned): they leave the queue and the
+    /// overlay; returns their bytes.
+    fn pop_applied(&mut self, units: &[Pending]) -> u64 {
         let mut bytes = 0;
         for u in units {
             let front = self
@@ -204,9 +204,7 @@ impl Queue {
                 .pop_front()
                 .expect("invariant: applied units queued");
             assert_eq!(front.seq, u.seq, "invariant: units apply in seq order");
-            if !left_early {
-                self.overlay.remove(u.seq, u.bytes, &u.ops);
-            }
+            self.overlay.remove(u.seq, u.bytes, &u.ops);
             self.overlay_bytes -= u.bytes;
             bytes += u.bytes;
         }
@@ -363,23 +361,12 @@ fn apply_taken(
     while_syncing: bool,
 ) -> Result<()> {
     let last_seq = units.last().expect("a step applies at least one unit").seq;
-    // A planted bug for `tests/loom_journal.rs`: the units leave the overlay before
-    // their index commit.
-    let left_early = cfg!(loom_bug_overlay_leaves_before_commit);
-    if left_early {
-        let mut st = core.lock_state();
-        for u in units {
-            st.queue.overlay.remove(u.seq, u.bytes, &u.ops);
-        }
-    }
     // Crash: a step begun while its unit is synced writes its runs (listed by no
     // manifest: deleted on open) and its inserts (an uncommitted transaction), and
     // commits only once the unit is durable and in the overlay, so neither the index
     // nor a reader ever holds what a cut could take back.
     let before_commit = || {
-        // A planted bug for `tests/loom_journal.rs`: the step commits without
-        // waiting for its unit.
-        if while_syncing && !cfg!(loom_bug_placed_commits_before_queued) {
+        if while_syncing {
             wait_until_queued(core, last_seq)
         } else {
             Ok(())
@@ -400,17 +387,16 @@ fn apply_taken(
     // The applied units leave the overlay only now, after their commit returned
     // (their ops are freed after the lock is let go: `units` holds them until this
     // step returns).
-    let bytes = st.queue.pop_applied(units, left_early);
+    let bytes = st.queue.pop_applied(units);
     st.clock.note_applied(bytes);
     // The merger thread merges beside the next steps; without one, this step does.
     let merger_live = st.merger.want_merge_if_live();
     drop(st);
-    // Writers waiting for room are woken (a planted bug for `tests/loom_journal.rs`
-    // leaves them waiting), and the merger.
-    #[cfg(not(loom_bug_no_wakeup_after_apply))]
+    // Writers waiting for room are woken.
     core.changed.notify_all();
     if merger_live {
-        // Woken whatever the planted bug above does.
+        // The merger is woken by a notification of its own, so that its wake-up does not
+        // depend on the writers' above.
         core.changed.notify_all();
     } else {
         merger::merge_runs(core, turn)?;

@@ -167,12 +167,9 @@ impl Manifest {
             .get_mut(keyspace)
             .expect("invariant: a merged keyspace is indexed by runs (checked above)");
         let mut replaced = Vec::with_capacity(now.len() - inputs.len() + 1);
-        // A planted bug for `tests/loom_journal.rs`: the output listed in front of the runs
-        // written since the merge began, so its older ops shadow their newer ones.
-        #[cfg(loom_bug_merge_in_front)]
-        replaced.push(out.clone());
+        // The output goes behind the runs written since the plan (`newer`): in front of
+        // them, its older ops would shadow their newer ones.
         replaced.extend(now[..newer].iter().cloned());
-        #[cfg(not(loom_bug_merge_in_front))]
         replaced.push(out.clone());
         replaced.extend(now[newer + inputs.len()..].iter().cloned());
         *now = Arc::new(replaced);

@@ -235,10 +235,7 @@ impl<'a> NewestPerKey<'a> {
             // The heap orders a key's entries by section, and a section gives a key once: each
             // later entry on `key` is from a newer section than the one kept so far.
             debug_assert!(i > newest, "invariant: a key's sections pop oldest first");
-            // A planted bug for `tests/loom_journal.rs`: the oldest op on a key is kept.
-            if !cfg!(loom_bug_merge_keeps_oldest) {
-                (newest, at) = (i, pos);
-            }
+            (newest, at) = (i, pos);
             self.advance(i, pos);
         }
         let (in_unit, op) = self.sections[newest].nth(at);

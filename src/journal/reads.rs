@@ -62,13 +62,9 @@ fn snapshot<'a, T>(
             .map_err(|e| Error::storage(db, "begin read", e))
     })?;
     let txn = GuardedDrop::new(core.index_guard.clone(), "end read", txn);
-    // A planted bug for `tests/loom_journal.rs`: the epoch pinned after the lock is
-    // let go, so a trim can come between the snapshot and its pin.
-    #[cfg(loom_bug_pin_after_snapshot)]
-    let mut st = {
-        drop(st);
-        core.lock_state()
-    };
+    // Ordering: the epoch is pinned under the lock the snapshot was taken under. Pinned
+    // after letting it go, a trim coming in between could unlink a segment the snapshot's
+    // pointers lead to.
     let pin = if st.separated.contains_key(keyspace) {
         let epoch = st.segments.pin();
         Some(ReadPin { core, epoch })

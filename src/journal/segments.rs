@@ -304,9 +304,6 @@ impl SegmentMap {
     /// Takes the doomed segments no reader's pin is at or before the epoch of.
     fn take_unlinkable(&mut self) -> Vec<u64> {
         let oldest_pin = self.pins.keys().next().copied();
-        // A planted bug for `tests/loom_journal.rs`: readers' pins ignored.
-        #[cfg(loom_bug_unlink_ignores_pins)]
-        let oldest_pin: Option<u64> = oldest_pin.and(None);
         let (ready, wait): (Vec<_>, Vec<_>) = self
             .doomed
             .iter()

@@ -172,11 +172,6 @@ impl<C: Chain> Node<C> {
             self.flush.deferred.last_flush = Instant::now().max(now);
             return Ok(done);
         }
-        // Planted bug (loom only, `tests/loom_flush.rs`): events fired before the writes.
-        #[cfg(loom_bug_events_before_write)]
-        for e in std::mem::take(&mut self.flush.deferred.held_events).iter() {
-            self.sink.fire(&e);
-        }
         // The synchronous write starts now: the wait for the window in flight, if any, is
         // that window's report's.
         let write_start = Instant::now();
@@ -185,12 +180,6 @@ impl<C: Chain> Node<C> {
         // Step 4, after the write returned `Ok`.
         let events = std::mem::take(&mut self.flush.deferred.held_events);
         self.release_window(events.iter(), to);
-        // Planted bug (loom only): the timer's flush point leaves F stale, so the next flush
-        // decision and window are computed from a height already flushed.
-        #[cfg(loom_bug_stale_flush_decision)]
-        if trigger == FlushTrigger::Interval {
-            self.flush.deferred.flushed_height = from;
-        }
         self.flush.deferred.flush_points += 1;
         let end = Instant::now();
         self.flush.deferred.last_flush = end.max(now);

@@ -151,12 +151,7 @@ impl<C: Chain> Node<C> {
     pub fn stop(mut self, now: Instant) -> Result<Option<FlushReport>> {
         self.check_poison()?;
         let report = if self.mode == Mode::BlockSync {
-            // Planted bug (loom only): stop asks the policy instead of flushing what is held.
-            #[cfg(loom_bug_stop_asks_policy)]
-            let report = self.maybe_flush(now)?;
-            #[cfg(not(loom_bug_stop_asks_policy))]
-            let report = self.flush_point(FlushTrigger::Stop, now)?;
-            report
+            self.flush_point(FlushTrigger::Stop, now)?
         } else {
             None
         };

@@ -361,12 +361,9 @@ fn work(pool: &PoolShared) {
         // Ordering: the generation is loaded before the read. Loaded after it, a write
         // applied and bumped between the read and the load would leave an old value
         // looking current.
-        #[cfg(not(loom_bug_generation_after_read))]
         let generation = session.source.generation();
         let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_ref()).collect();
         let read = session.source.get_many(&refs);
-        #[cfg(loom_bug_generation_after_read)]
-        let generation = session.source.generation();
         let mut s = session.state.lock().expect("prefetch session lock");
         s.in_flight_bytes -= bytes;
         let values = match read {

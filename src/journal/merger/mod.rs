@@ -269,20 +269,15 @@ fn plan_merge(core: &Core, _turn: &ApplyTurn<'_>, keyspace: &str) -> Option<Merg
 /// `None` when the engine began to stop during the write: the partial output is
 /// deleted (never listed), so a close does not wait for a long merge.
 fn write_merge(core: &Core, plan: MergePlan) -> Result<Option<WrittenMerge>> {
+    // The output's id was taken with the plan: taken when the write begins, a run an apply
+    // step writes in between would have a lower id than the output although its ops are
+    // newer (and recovery orders runs by id).
     let MergePlan {
         keyspace,
         inputs,
         oldest,
         id,
     } = plan;
-    // A planted bug for `tests/loom_journal.rs`: the output's id taken when the write
-    // begins, not with the plan, so a run an apply step writes in between has a lower
-    // id than the output although its ops are newer.
-    #[cfg(loom_bug_merge_id_at_write)]
-    let id = {
-        let _ = id;
-        core.lock_state().manifest.take_id()
-    };
     // Streamed: the inputs are read a block at a time, never whole.
     let mut merged = UntilStop {
         ops: MergedRuns::over(&inputs, &KeyRange::all(), Direction::Forward, !oldest),

@@ -159,8 +159,8 @@ fn the_background_applier_waits_for_a_merger_that_far_behind() {
 }
 
 /// The install's invariants, each fed a list that breaks it: the check must be able to
-/// refuse (the loom model's planted `loom_bug_merge_id_at_write` is caught by the
-/// third).
+/// refuse (the third is what catches an output id taken when the merge's write begins,
+/// the bug the loom runs model is given in `tests/planted/`).
 #[test]
 fn a_merge_position_is_refused_for_each_broken_invariant() {
     let bench = MergeBench::new();
