@@ -27,6 +27,7 @@ use super::options::{
 };
 use super::overlay::UnitOps;
 use super::reads::{self, open_read_table};
+use super::recovery::DirLock;
 use super::segments::{Segments, UnitToAppend};
 use super::state::{Core, ENGINE_NAME};
 use super::unit::{self, KEYSPACE_NAME_BYTES_MAX, Sections, UnitOp};
@@ -36,7 +37,7 @@ use crate::db::{
     UnitPart,
 };
 use crate::error::{Error, Result};
-use crate::fs::{FileSystem, FsFile, create_dir_all_durably};
+use crate::fs::{FileSystem, create_dir_all_durably};
 use crate::sync::{Mutex, thread};
 
 /// The engine's roles, shared by its handles and threads.
@@ -49,9 +50,9 @@ pub(super) struct Shared {
     pub(super) applier: UnitApplier,
     /// The merger thread.
     pub(super) merger: Merger,
-    /// The journal directory's lock file, locked (`recovery::lock_dir`); last, so that
+    /// The journal directory's lock (`recovery::lock_dir`); last, so that
     /// the lock is released after the index is closed.
-    _lock: Box<dyn FsFile>,
+    _lock: DirLock,
 }
 
 impl Shared {
@@ -60,7 +61,7 @@ impl Shared {
         segments: Segments,
         applier: UnitApplier,
         merger: Merger,
-        lock: Box<dyn FsFile>,
+        lock: DirLock,
     ) -> Shared {
         Shared {
             core,
