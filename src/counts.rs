@@ -17,9 +17,8 @@
 //! `BackendCounts` inside).
 //!
 //! Invariant: every update and read is `SeqCst`: a snapshot taken after a counted operation
-//! that another thread finished (and signalled) includes it, and a snapshot never shows one
-//! count without a count that was added before it. Each field is read on its own, so a
-//! snapshot taken while operations run may split one operation's counts.
+//! that another thread finished (and signalled) includes it. Each field is read on its own,
+//! so a snapshot taken while operations run may split one operation's counts.
 //! Invariant: imports nothing from the crate (layer 0).
 
 use std::fmt;

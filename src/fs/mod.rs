@@ -81,6 +81,27 @@ pub trait FileSystem: Send + Sync + Debug + 'static {
     fn list_dir(&self, dir: &Path) -> IoResult<Vec<std::ffi::OsString>>;
 }
 
+/// A file whose exclusive lock (`flock`) this handle holds; its drop releases the lock
+/// explicitly (`unlock`), not by closing the file: an `flock` belongs to the open file
+/// description, which a child process spawned by another thread shares until its `exec`
+/// closes it, so a close alone would leave the lock held for that moment.
+#[derive(Debug)]
+pub(crate) struct FileLock(Box<dyn FsFile>);
+
+impl FileLock {
+    /// Holds `file`, whose lock the caller took.
+    pub(crate) fn new(file: Box<dyn FsFile>) -> FileLock {
+        FileLock(file)
+    }
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        // A failed unlock leaves the lock to the close that follows.
+        let _ = self.0.unlock();
+    }
+}
+
 /// An open file.
 pub trait FsFile: Send + Sync + Debug {
     /// The file's length.

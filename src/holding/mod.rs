@@ -22,9 +22,11 @@
 //!   set aside for its write (at most one; [`FrozenWindow`] is its handle); reads see it
 //!   until it is durable. **window in flight**: the node's frozen windows while its flush
 //!   thread writes them (at most one).
-//! * **held**: in a window, not yet written — held writes, [`HoldingDb::held_bytes`], the
-//!   node's held events (fired once their window is durable).
-//! * **unit**: the journal's record of a window (ADR 0011), one append, synced once.
+//! * **held**: in a window (open or frozen), not yet written — held writes, the node's held
+//!   events (fired once their window is durable); [`HoldingDb::held_bytes`] counts the open
+//!   window's.
+//! * **unit**: the journal's record of one write (ADR 0011) — a window at a flush point, a
+//!   block in consensus — one append, synced once.
 //! * Not the window: *deferred writes* is the mechanism as a whole (ADR 0002; the node's
 //!   `DeferredWrites` is its flush policy and counters); a *batch* is one `Db` write; a
 //!   window's *chunks* are the memory its short keys and values are copied into; *write

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use crate::db::{Db, Direction, KeyRange, RedbDb, RedbOptions};
 pub use crate::engine::HomeEngine;
 use crate::error::{Error, Result};
-use crate::fs::{FileSystem, FsFile, OpenMode, ScratchFs, StdFs, create_dir_all_durably};
+use crate::fs::{FileLock, FileSystem, FsFile, OpenMode, ScratchFs, StdFs, create_dir_all_durably};
 use crate::journal::{
     JournalEngine, JournalOptions, KeyspaceIndex, KeyspaceOptions, SEPARATE_VALUES_FROM_BYTES,
 };
@@ -151,14 +151,7 @@ impl From<&HomeOptions> for HomeOptions {
 
 /// The home's exclusive lock, shared by the [`Home`] and its databases: released when the
 /// last of them is dropped.
-#[derive(Debug)]
-struct HomeLock(Box<dyn FsFile>);
-
-impl Drop for HomeLock {
-    fn drop(&mut self) {
-        let _ = self.0.unlock();
-    }
-}
+type HomeLock = FileLock;
 
 /// The file system a journal home's engine runs on: the home's, with the lock riding on it
 /// and on every file opened through it (a [`JournalEngine`] has no `keep_alive`; it keeps
@@ -489,7 +482,7 @@ impl Home {
             .open_file(&path.join(LOCK_FILE), OpenMode::CreateOrOpen)
             .map_err(home_err(path, "open its LOCK file"))?;
         match lock.try_lock_exclusive() {
-            Ok(true) => Ok(Arc::new(HomeLock(lock))),
+            Ok(true) => Ok(Arc::new(FileLock::new(lock))),
             Ok(false) => Err(Error::HomeLocked {
                 path: path.to_path_buf(),
             }),

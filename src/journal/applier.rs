@@ -395,8 +395,9 @@ fn apply_taken(
     // Writers waiting for room are woken.
     core.changed.notify_all();
     if merger_live {
-        // The merger is woken by a notification of its own, so that its wake-up does not
-        // depend on the writers' above.
+        // One condvar: this wakes no one the line above did not. It keeps the merger's
+        // wake-up apart from the writers', so that the planted bug that drops the writers'
+        // (in tests/planted/) leaves the merger's.
         core.changed.notify_all();
     } else {
         merger::merge_runs(core, turn)?;

@@ -27,7 +27,6 @@ use super::options::{
 };
 use super::overlay::UnitOps;
 use super::reads::{self, open_read_table};
-use super::recovery::DirLock;
 use super::segments::{Segments, UnitToAppend};
 use super::state::{Core, ENGINE_NAME};
 use super::unit::{self, KEYSPACE_NAME_BYTES_MAX, Sections, UnitOp};
@@ -37,7 +36,7 @@ use crate::db::{
     UnitPart,
 };
 use crate::error::{Error, Result};
-use crate::fs::{FileSystem, create_dir_all_durably};
+use crate::fs::{FileLock, FileSystem, create_dir_all_durably};
 use crate::sync::{Mutex, thread};
 
 /// The engine's roles, shared by its handles and threads.
@@ -52,7 +51,7 @@ pub(super) struct Shared {
     pub(super) merger: Merger,
     /// The journal directory's lock (`recovery::lock_dir`); last, so that
     /// the lock is released after the index is closed.
-    _lock: DirLock,
+    _lock: FileLock,
 }
 
 impl Shared {
@@ -61,7 +60,7 @@ impl Shared {
         segments: Segments,
         applier: UnitApplier,
         merger: Merger,
-        lock: DirLock,
+        lock: FileLock,
     ) -> Shared {
         Shared {
             core,

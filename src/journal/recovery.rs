@@ -26,7 +26,7 @@ use super::index::IndexLayout;
 use super::state::{ENGINE_NAME, corrupt, io_err};
 use super::unit::{self, Decoded, Header, Sections};
 use crate::error::{CorruptReason, Error, Result};
-use crate::fs::{FileSystem, FsFile, OpenMode};
+use crate::fs::{FileLock, FileSystem, FsFile, OpenMode};
 
 /// Bytes recovery reads from a segment at a time. Why: a segment is 64 MiB (more when its
 /// one unit is larger), and a file damaged to any length must not cost its length in
@@ -88,32 +88,16 @@ pub(super) fn read_segment_ends(
 /// created again by the next open.
 pub(super) const LOCK_FILE: &str = "LOCK";
 
-/// The journal directory's lock, held by the engine for its life and released by its drop.
-///
-/// Released explicitly (`unlock`), not by closing the file: an `flock` belongs to the open
-/// file description, which a child process spawned by another thread shares until its
-/// `exec` closes it; a close alone would leave the directory locked for that moment, and
-/// the next open in this process refused as [`Error::JournalLocked`].
-#[derive(Debug)]
-pub(super) struct DirLock(Box<dyn FsFile>);
-
-impl Drop for DirLock {
-    fn drop(&mut self) {
-        // A failed unlock leaves the lock to the close that follows.
-        let _ = self.0.unlock();
-    }
-}
-
 /// Takes the exclusive lock on `dir`'s [`LOCK_FILE`] (`flock`, per open file description);
-/// the engine holds the returned [`DirLock`] for its life. A directory another engine
+/// the engine holds the returned [`FileLock`] for its life. A directory another engine
 /// holds is refused with [`Error::JournalLocked`].
-pub(super) fn lock_dir(fs: &dyn FileSystem, dir: &Path) -> Result<DirLock> {
+pub(super) fn lock_dir(fs: &dyn FileSystem, dir: &Path) -> Result<FileLock> {
     let path = dir.join(LOCK_FILE);
     let file = fs
         .open_file(&path, OpenMode::CreateOrOpen)
         .map_err(io_err("open lock file", &path))?;
     match file.try_lock_exclusive() {
-        Ok(true) => Ok(DirLock(file)),
+        Ok(true) => Ok(FileLock::new(file)),
         Ok(false) => Err(Error::JournalLocked {
             dir: dir.to_path_buf(),
         }),

@@ -1,5 +1,5 @@
 //! One engine per journal directory: a second `JournalEngine::open` of a directory that is
-//! open is refused with `ErrorKind::Locked` (redb's lock on the index file), and succeeds
+//! open is refused with `ErrorKind::Locked` (the engine's lock on `journal/LOCK`), and succeeds
 //! once the first engine and its keyspaces are dropped — even while a descriptor that shares
 //! its lock file lives on.
 
