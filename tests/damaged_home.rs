@@ -358,32 +358,6 @@ fn damages_of(rel: &str, bytes: &[u8], samples: usize) -> Vec<Damage> {
     out
 }
 
-/// Damage the engines do not detect, each with why: a case failing only this way is counted
-/// apart and printed (`KNOWN GAP`); the suite fails on any other failure.
-///
-/// * redb checksums neither keys nor values in its leaf pages, and a database's pairs are
-///   stored as given: a bit flipped inside a value of the app's `app.redb` (or an app value
-///   kept inline in a journal's `index.redb`) reads back flipped, and one flipped inside a
-///   key of the block store's hash index makes `load_block_by_hash` miss. The block store's
-///   and the state's records carry their own crc32 (ADR 0001) and are refused.
-fn known_gap(engine: HomeEngine, rel: &str, damage: &Damage, why: &str) -> Option<&'static str> {
-    let flip = matches!(damage, Damage::FlipBit(_)) && why.starts_with("a wrong answer");
-    let got = why.split("got Some(\"").nth(1).unwrap_or("");
-    match (engine, rel) {
-        (HomeEngine::Redb, "app.redb") | (HomeEngine::Journal, "journal/index.redb")
-            if flip && got.starts_with("app ") =>
-        {
-            Some("redb keeps no checksum of a pair: an app value's flipped bit reads back")
-        }
-        (HomeEngine::Redb, "blockstore.redb") | (HomeEngine::Journal, "journal/index.redb")
-            if flip && got.starts_with("by hash ") && got.contains(" None") =>
-        {
-            Some("redb keeps no checksum of a key: a flipped hash index key misses")
-        }
-        _ => None,
-    }
-}
-
 /// What one step of a case came to.
 #[derive(Debug, PartialEq, Eq)]
 enum Outcome {
@@ -506,8 +480,6 @@ type Step = fn(&Path, HomeEngine) -> flushpoint::Result<Vec<String>>;
 struct Tally {
     counts: BTreeMap<(String, String), Counts>,
     failures: Vec<String>,
-    /// Cases failing only as a [`known_gap`] says.
-    known: Vec<String>,
 }
 
 #[derive(Debug, Default)]
@@ -554,11 +526,9 @@ fn damage_every_file(engine: HomeEngine, steps: &[(&str, Step)]) -> Tally {
                         *counts.typed.entry(format!("{kind:?}")).or_default() += 1
                     }
                     Err(why) => {
-                        let case = format!("{engine:?} {rel} {damage:?} {name}: {why}");
-                        match known_gap(engine, &rel, &damage, &why) {
-                            Some(gap) => tally.known.push(format!("{case} [{gap}]")),
-                            None => tally.failures.push(case),
-                        }
+                        tally
+                            .failures
+                            .push(format!("{engine:?} {rel} {damage:?} {name}: {why}"));
                     }
                 }
             }
@@ -576,9 +546,6 @@ fn print(engine: HomeEngine, tally: &Tally) {
             c.cases, c.correct, c.typed
         );
     }
-    for k in &tally.known {
-        println!("  KNOWN GAP {k}");
-    }
     for f in &tally.failures {
         println!("  FAILED {f}");
     }
@@ -590,9 +557,8 @@ fn assert_suite(engine: HomeEngine) {
     print(engine, &tally);
     let cases: usize = tally.counts.values().map(|c| c.cases).sum();
     println!(
-        "{engine:?}: {cases} cases, {} failures, {} known gaps, peak RSS {} MiB",
+        "{engine:?}: {cases} cases, {} failures, peak RSS {} MiB",
         tally.failures.len(),
-        tally.known.len(),
         peak_rss_bytes() >> 20
     );
     assert!(
