@@ -32,6 +32,8 @@ mod journal_counts;
 mod journal_home;
 /// The tool's modules point one way.
 mod module_layers;
+/// `sync` says how long its open took: check, recovery, handshake.
+mod open_times;
 /// Every refusal leaves every file of the home byte for byte.
 mod refusals;
 /// A run ends where asked; a rerun changes nothing; an interrupted run resumes.

@@ -34,7 +34,7 @@ use self::args::{ModeArg, PrefetchArg, home_options};
 pub use self::args::{SyncArgs, targets};
 use self::meters::{Meters, journal_sync_data};
 use self::progress::Progress;
-use self::summary::{Figures, FlushJson, RunLabels, print_human, summarize};
+use self::summary::{Figures, FlushJson, OpenTimes, RunLabels, print_human, summarize};
 use super::dbwrap::{Phase, Probe};
 use super::error::{CliError, CliResult, describe};
 use super::flags::resolve_home;
@@ -147,17 +147,22 @@ impl<'a> Run<'a> {
     }
 
     /// Opens the home: first decides, on a read-only open, what the run would refuse (so a
-    /// refusal leaves every file as it was), then opens it for writing.
-    fn open_home(&self, options: HomeOptions) -> CliResult<Home> {
+    /// refusal leaves every file as it was), then opens it for writing. Notes how long each
+    /// took in `times`.
+    fn open_home(&self, options: HomeOptions, times: &mut OpenTimes) -> CliResult<Home> {
         let err = |e| self.err(e);
         self.mark(|| "recovery-begin".into());
+        let began = Instant::now();
         refuse_read_only(&self.home_path, &options, &self.spec, self.target).map_err(
             |e| match e {
                 Refusal::Home(e) => err(e),
                 Refusal::Cli(e) => e,
             },
         )?;
+        let checked = Instant::now();
+        times.check_s = (checked - began).as_secs_f64();
         let home = Home::open_with(&self.home_path, options).map_err(err)?;
+        times.home_s = checked.elapsed().as_secs_f64();
         if let Some(p) = &self.probe {
             // What the handshake is about to find (read-only), so a kill during the repair
             // still tells the crash-test which case it interrupted.
@@ -171,9 +176,10 @@ impl<'a> Run<'a> {
     }
 
     /// Opens the app over the app database (with prefetch workers for `--prefetch on`) and
-    /// the node over the three `dbs`: the handshake runs here.
-    fn open_node(&self, dbs: [Arc<dyn Db>; 3]) -> CliResult<Opened> {
+    /// the node over the three `dbs`: the handshake runs here, its time noted in `times`.
+    fn open_node(&self, dbs: [Arc<dyn Db>; 3], times: &mut OpenTimes) -> CliResult<Opened> {
         let err = |e| self.err(e);
+        let began = Instant::now();
         let [bs_db, st_db, app_db] = dbs;
         let pool = match self.args.prefetch {
             PrefetchArg::On => Some(PrefetchPool::new(PREFETCH_WORKERS_DEFAULT).map_err(err)?),
@@ -191,6 +197,8 @@ impl<'a> Run<'a> {
             Box::new(NoEvents),
         )
         .map_err(err)?;
+        times.handshake_s = began.elapsed().as_secs_f64();
+        times.total_s = times.check_s + times.home_s + times.handshake_s;
         self.mark(|| {
             format!(
                 "handshake-end case={} applied={} app_replayed={} height={}",
@@ -204,7 +212,7 @@ impl<'a> Run<'a> {
     }
 
     /// Prints what the run found and is about to do (nothing with `--json`).
-    fn print_start(&self, home: &Home, report: &HandshakeReport) {
+    fn print_start(&self, home: &Home, report: &HandshakeReport, times: &OpenTimes) {
         let a = self.args;
         if a.json {
             return;
@@ -218,6 +226,13 @@ impl<'a> Run<'a> {
             a.mode.name()
         );
         outln!("{}", handshake_text(report));
+        outln!(
+            "opened in {:.3} s: read-only check {:.3} s, open and recovery {:.3} s, handshake {:.3} s",
+            times.total_s,
+            times.check_s,
+            times.home_s,
+            times.handshake_s
+        );
         outln!(
             "target: {} block-synced + {} consensus blocks = height {}",
             a.blocks,
@@ -452,10 +467,11 @@ impl<'a> BlockLoop<'a> {
 pub fn run(a: &SyncArgs) -> CliResult<()> {
     let (run, options) = Run::new(a)?;
     let err = |e| run.err(e);
-    let home = run.open_home(options)?;
+    let mut times = OpenTimes::default();
+    let home = run.open_home(options, &mut times)?;
     let (meters, dbs) = Meters::wrap(&home, run.no_sync, &run.probe);
-    let Opened { node, report, pool } = run.open_node(dbs)?;
-    run.print_start(&home, &report);
+    let Opened { node, report, pool } = run.open_node(dbs, &mut times)?;
+    run.print_start(&home, &report, &times);
     let start_height = node.height();
     if start_height > run.target {
         return Err(above_target(&run.home_path, start_height, run.target));
@@ -487,7 +503,7 @@ pub fn run(a: &SyncArgs) -> CliResult<()> {
         timeline: stopped.timeline,
     };
     let durable = read_durable(&home).map_err(err)?;
-    let summary = summarize(run.labels(), &home, figures, durable, &report).map_err(err)?;
+    let summary = summarize(run.labels(), &home, figures, durable, &report, times).map_err(err)?;
     drop(home);
     if a.json {
         let line = serde_json::to_string(&summary)

@@ -177,6 +177,23 @@ pub struct SyncSummary {
     pub app_hash: String,
     /// The start-up handshake.
     pub handshake: HandshakeJson,
+    /// How long the home took to open, recovery included.
+    pub open: OpenTimes,
+}
+
+/// How long the start took, in seconds: what a restart costs before the first block.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct OpenTimes {
+    /// The read-only open and handshake that decide, before anything is written, what the
+    /// run would refuse (0 for a new home).
+    pub check_s: f64,
+    /// The writable open: the engine's recovery (a journal's replay of the units past its
+    /// checkpoint; redb's repair of an unclean file) and a rollback's finish.
+    pub home_s: f64,
+    /// The handshake: the heights classified and a crash's shape repaired.
+    pub handshake_s: f64,
+    /// The three, from the command's start to the node ready.
+    pub total_s: f64,
 }
 
 /// What names a run in its summary.
@@ -272,6 +289,7 @@ pub fn summarize(
     f: Figures,
     durable: Durable,
     report: &HandshakeReport,
+    open: OpenTimes,
 ) -> flushpoint::Result<SyncSummary> {
     let sync_blocks = f.block_sync_end_height - f.start_height;
     let cons_blocks = f.target - f.block_sync_end_height;
@@ -344,6 +362,7 @@ pub fn summarize(
             applied: report.applied,
             height: report.height,
         },
+        open,
     })
 }
 
